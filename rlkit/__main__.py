@@ -1,0 +1,3 @@
+from rlkit.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""`rlkit` command line: parses the command name and hands off.
+
+Each command group lives in its own module under rlkit/cli and exposes
+`main(argv: list[str]) -> int`. Modules are imported only when their command runs,
+so `rlkit check` never pays for another command's imports.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# command -> (module, one-line help). Sub-commands ("index build") are parsed by the module.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("rlkit.cli.check", "preflight a run config (Run Validation); launches nothing"),
+    "train": ("rlkit.cli.train", "run a config: PREFLIGHT_ONLY=1 / DRY_RUN=1 / full run"),
+    "index": ("rlkit.cli.index", "task indexes: `rlkit index build TASKS_DIR -o FILE.parquet`"),
+    "images": ("rlkit.cli.images", "sandbox images: `rlkit images base|build`"),
+    "trial": ("rlkit.cli.trial", "run one trial of a task with an agent"),
+    "cleanup": ("rlkit.cli.cleanup", "remove labelled sandboxes (and, later, stale Ray/vLLM processes)"),
+    "proxy": ("rlkit.cli.proxy", "serve the token-recording proxy in front of vLLM"),
+    "model": ("rlkit.cli.model", "embedded default model: `rlkit model tiny OUT_DIR`"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: rlkit COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] in {"-V", "--version"}:
+        from rlkit import __version__
+
+        print(f"rlkit {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"rlkit: unknown command {name!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    import importlib
+
+    from rlkit.errors import UserError
+
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.main(rest) or 0)
+    except UserError as exc:
+        print(f"✗ FATAL {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""One error hierarchy for rlkit.
+
+`UserError` is the user's mistake (config, arguments) and always carries a fix hint.
+Runtime failures (sandbox, rollout, launch, proxy) carry structured fields and a
+`retryable` marker so retry policies can filter on type instead of parsing messages.
+Library code raises these; only the CLI turns them into exit codes.
+"""
+
+from __future__ import annotations
+
+
+class RlkitError(Exception):
+    """Base class of every error rlkit raises on purpose."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, **fields: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+
+class UserError(RlkitError):
+    """A mistake the user can fix: bad config, bad arguments, missing files."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        fix: str = "",
+        key: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        **fields: object,
+    ) -> None:
+        super().__init__(message, **fields)
+        self.fix = fix
+        self.key = key
+        self.file = file
+        self.line = line
+
+    def where(self) -> str:
+        if self.file and self.line:
+            return f"{self.file}:{self.line}"
+        return self.file or ""
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.key:
+            parts.insert(0, f"[{self.key}]")
+        if self.where():
+            parts.append(f"({self.where()})")
+        if self.fix:
+            parts.append(f"— fix: {self.fix}")
+        return " ".join(parts)
+
+
+class ConfigError(UserError):
+    """A run config (or site.env / axis module) that cannot be read or is invalid."""
+
+
+class MissingExtraError(UserError):
+    """An optional dependency is not installed."""
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"optional dependency {module!r} is not installed",
+            fix=f"pip install 'rlkit[{extra}]'  (or: bash scripts/setup.sh)",
+        )
+
+
+class SandboxError(RlkitError):
+    """A sandbox (container or pod) failed to start, exec, copy or stop."""
+
+    retryable = True
+
+
+class SandboxTimeout(SandboxError):
+    """A command inside a sandbox ran past its timeout."""
+
+
+class ImageError(SandboxError):
+    """An image is missing or failed to build or push."""
+
+    retryable = False
+
+
+class GradingError(RlkitError):
+    """The verifier could not produce a reward (reported, never raised into a step)."""
+
+
+class ProxyError(RlkitError):
+    """The proxy could not serve a request."""
+
+
+class ContextExceededError(ProxyError):
+    """A request is longer than the model's context window."""
+
+
+class UpstreamError(ProxyError):
+    """vLLM answered with an error or could not be reached."""
+
+    retryable = True
+
+
+class LaunchError(RlkitError):
+    """Ray / vLLM / verl processes could not be started."""
