@@ -1,0 +1,307 @@
+"""Docker sandbox backend: one container per trial, as a harbor `BaseEnvironment`.
+
+harbor loads it with
+`TrialEnvironmentConfig(import_path="rlkit.sandbox.docker:DockerEnvironment", kwargs={...})`
+so its Trial, verifier and agents run unchanged, without `docker compose` (absent here).
+Every Engine API call blocks, so each runs on the shared docker thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
+from harbor.environments.options import EnvironmentOptions
+from harbor.models.task.config import NetworkMode
+from harbor.models.trial.config import ResourceMode
+from harbor.models.trial.paths import EnvironmentPaths
+from pydantic import Field
+
+from rlkit.errors import SandboxError
+from rlkit.sandbox import _tar
+from rlkit.sandbox._docker_client import api_client, run_blocking
+from rlkit.sandbox._exec_kill import kill_process_tree
+from rlkit.sandbox.labels import SandboxLabels
+from rlkit.sandbox.timeouts import SandboxExecTimeout
+
+DockerNetwork = Literal["none", "bridge", "host"]
+_BAD_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
+# One build per image at a time in this process; concurrent trials of a task wait for it.
+_build_locks: dict[str, asyncio.Lock] = {}
+
+
+class DockerOptions(EnvironmentOptions):
+    """kwargs of `TrialEnvironmentConfig` for the docker backend."""
+
+    image: str | None = Field(None, description="image to run; default: the task's image (built if missing)")
+    registry: str | None = Field(None, description="registry prefix of task images (site.env REGISTRY)")
+    image_variant: str = Field("latest", description="task image tag; a scaffold name for baked-agent layers")
+    build_missing: bool = Field(True, description="build the task image from environment/Dockerfile if absent")
+    network: DockerNetwork | None = Field(
+        None, description="docker network mode; default from the task: no-network → none, public → bridge. "
+        "`host` lets an in-container agent reach a proxy on the host's loopback")
+    project: str | None = Field(None, description="label rlkit.project (default $RLKIT_PROJECT)")
+    experiment: str | None = Field(None, description="label rlkit.experiment (default $RLKIT_EXPERIMENT)")
+    step: str | int | None = Field(None, description="label rlkit.step (default $RLKIT_STEP)")
+    session: str | None = Field(None, description="label rlkit.session (default: harbor's session id)")
+    init: bool = Field(True, description="run docker-init as PID 1 so agent subprocesses are reaped")
+    extra_hosts: dict[str, str] = Field(default_factory=dict, description="extra /etc/hosts entries")
+
+
+class DockerEnvironment(BaseEnvironment):
+    """A long-lived `sleep infinity` container; exec/upload/download go through the Engine API."""
+
+    options_model = DockerOptions
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._container_id: str | None = None
+        self._container_name: str | None = None
+        super().__init__(*args, **kwargs)
+        assert isinstance(self.options, DockerOptions)
+        self.opts: DockerOptions = self.options
+
+    # ---- harbor hooks -------------------------------------------------------------------
+    @staticmethod
+    def type() -> str:
+        return "rlkit-docker"
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        return EnvironmentCapabilities(disable_internet=True)
+
+    @classmethod
+    def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
+        return EnvironmentResourceCapabilities(cpu_limit=True, memory_limit=True, fractional_cpus=True)
+
+    def _validate_definition(self) -> None:
+        opts = self.options
+        if isinstance(opts, DockerOptions) and opts.image:
+            return
+        if self.task_env_config.docker_image:
+            return
+        if not (self.environment_dir / "Dockerfile").is_file():
+            raise FileNotFoundError(
+                f"{self.environment_dir / 'Dockerfile'} not found and [environment].docker_image is not set")
+
+    # ---- naming, labels, resources ------------------------------------------------------
+    @property
+    def container_id(self) -> str | None:
+        return self._container_id
+
+    def image_ref(self) -> str:
+        from rlkit.sandbox.images import task_image_ref
+
+        if self.opts.image:
+            return self.opts.image
+        if self.task_env_config.docker_image:
+            return self.task_env_config.docker_image
+        return task_image_ref(self.environment_name, self.opts.registry, self.opts.image_variant)
+
+    def labels(self) -> dict[str, str]:
+        overrides: dict[str, object] = {"session": self.opts.session or self.session_id,
+                                        "task": self.environment_name}
+        for key in ("project", "experiment", "step"):
+            value = getattr(self.opts, key)
+            if value is not None:
+                overrides[key] = value
+        return SandboxLabels.from_env(**overrides).as_dict()
+
+    def network_mode(self) -> DockerNetwork:
+        if self.opts.network:
+            return self.opts.network
+        return "none" if self.network_policy.network_mode == NetworkMode.NO_NETWORK else "bridge"
+
+    def host_config_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"network_mode": self.network_mode(), "init": self.opts.init}
+        cpus = self._resource_limit_value("cpu", auto_mode=ResourceMode.LIMIT)
+        if cpus:
+            kwargs["nano_cpus"] = int(float(cpus) * 1e9)
+        memory_mb = self._resource_limit_value("memory", auto_mode=ResourceMode.LIMIT)
+        if memory_mb:
+            kwargs["mem_limit"] = f"{int(memory_mb)}m"
+            kwargs["memswap_limit"] = f"{int(memory_mb)}m"  # no swap on top of the limit
+        if self.opts.extra_hosts:
+            kwargs["extra_hosts"] = dict(self.opts.extra_hosts)
+        return kwargs
+
+    def _new_container_name(self) -> str:
+        stem = _BAD_NAME.sub("-", self.session_id).strip("-._")[:80] or "trial"
+        return f"rlkit-{stem}-{uuid.uuid4().hex[:6]}"
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    async def start(self, force_build: bool) -> None:
+        image = self.image_ref()
+        await self._ensure_image(image, force_build)
+        api = api_client()
+        self._container_name = self._new_container_name()
+        host_config = api.create_host_config(**self.host_config_kwargs())
+        env = self._startup_env()
+        try:
+            created = await run_blocking(
+                api.create_container, image, command=["sleep", "infinity"], name=self._container_name,
+                labels=self.labels(), environment=env or None, working_dir=self.task_env_config.workdir,
+                host_config=host_config, detach=True)
+        except Exception as exc:
+            raise SandboxError(f"cannot create a container from {image}: {exc}", image=image) from exc
+        self._container_id = created["Id"]
+        try:
+            # The trial's log dirs go in before start (no exec round trip, no race with the first exec).
+            await run_blocking(api.put_archive, self._container_id, "/", self._log_dirs_tar())
+            await run_blocking(api.start, self._container_id)
+        except Exception as exc:
+            await self._remove_quietly()
+            raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
+        await self._upload_environment_dir_after_start()
+
+    def _log_dirs_tar(self) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            paths = EnvironmentPaths.for_os(self.os)
+            defaults = {str(paths.agent_dir), str(paths.verifier_dir), str(paths.artifacts_dir)}
+            targets = sorted({str(t) for t in self._mount_targets(writable_only=True)} | defaults)
+            now = time.time()
+            for target in targets:
+                parts = Path(target.lstrip("/")).parts
+                for depth in range(1, len(parts) + 1):
+                    info = tarfile.TarInfo("/".join(parts[:depth]))
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o777
+                    info.mtime = now
+                    tar.addfile(info)
+        return buf.getvalue()
+
+    async def _ensure_image(self, image: str, force_build: bool) -> None:
+        from rlkit.sandbox.images import build_image, image_exists
+
+        api = api_client()
+        prebuilt = bool(self.opts.image or self.task_env_config.docker_image)
+        if not force_build and await run_blocking(image_exists, api, image):
+            return
+        if prebuilt or not self.opts.build_missing:
+            if await run_blocking(image_exists, api, image):
+                return
+            raise SandboxError(f"image {image} is not present locally", image=image,
+                               fix="build it with `rlkit images build` (no registry can be pulled from here)")
+        lock = _build_locks.setdefault(image, asyncio.Lock())
+        async with lock:
+            if not force_build and await run_blocking(image_exists, api, image):
+                return
+            self.logger.info(f"building {image} from {self.environment_dir}")
+            await run_blocking(build_image, api, self.environment_dir, image,
+                               labels={"rlkit.task": self.environment_name})
+
+    async def stop(self, delete: bool) -> None:
+        if self._container_id is None:
+            return
+        if delete:
+            await self._remove_quietly()
+            return
+        try:
+            await run_blocking(api_client().stop, self._container_id, timeout=2)
+        except Exception as exc:  # noqa: BLE001 — best effort; the reaper finds it by label
+            self.logger.warning(f"stopping {self._container_name} failed: {exc}")
+
+    async def _remove_quietly(self) -> None:
+        import docker.errors
+
+        container, self._container_id = self._container_id, None
+        if container is None:
+            return
+        try:
+            await run_blocking(api_client().remove_container, container, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except Exception as exc:  # noqa: BLE001 — best effort; the reaper finds it by label
+            self.logger.warning(f"removing {self._container_name} failed: {exc}")
+
+    # ---- exec -------------------------------------------------------------------------------
+    def _require_container(self) -> str:
+        if self._container_id is None:
+            raise SandboxError("the sandbox is not running (call start first)", session=self.session_id)
+        return self._container_id
+
+    async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
+                   timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
+        container = self._require_container()
+        user = self._resolve_user(user)
+        api = api_client()
+        try:
+            exec_id = (await run_blocking(
+                api.exec_create, container, ["bash", "-c", command], stdout=True, stderr=True,
+                workdir=cwd or self.task_env_config.workdir, environment=self._merge_env(env),
+                user="" if user is None else str(user)))["Id"]
+        except Exception as exc:
+            raise SandboxError(f"exec in {self._container_name} failed: {exc}", session=self.session_id) from exc
+        run = run_blocking(api_client(long_running=True).exec_start, exec_id, demux=True)
+        try:
+            if timeout_sec:
+                stdout, stderr = await asyncio.wait_for(run, timeout=timeout_sec)
+            else:
+                stdout, stderr = await run
+        except TimeoutError:
+            await self._kill_exec(exec_id)
+            raise SandboxExecTimeout(f"command timed out after {timeout_sec} seconds",
+                                     session=self.session_id, timeout_sec=timeout_sec) from None
+        except asyncio.CancelledError:
+            # harbor cancels the agent's task at its timeout: don't leave the command running.
+            await asyncio.shield(self._kill_exec(exec_id))
+            raise
+        info = await run_blocking(api.exec_inspect, exec_id)
+        return ExecResult(stdout=_text(stdout), stderr=_text(stderr), return_code=int(info.get("ExitCode") or 0))
+
+    async def _kill_exec(self, exec_id: str) -> None:
+        try:
+            info = await run_blocking(api_client().exec_inspect, exec_id)
+            if info.get("Running") and info.get("Pid"):
+                await run_blocking(kill_process_tree, int(info["Pid"]))
+        except Exception as exc:  # noqa: BLE001 — the container may already be gone
+            self.logger.debug(f"killing exec {exec_id[:12]} failed: {exc}")
+
+    # ---- file transfer --------------------------------------------------------------------------
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        data = await run_blocking(_tar.pack_file, Path(source_path), target_path)
+        await self._put(data)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        data = await run_blocking(_tar.pack_dir, Path(source_dir), target_dir)
+        await self._put(data)
+
+    async def _put(self, data: bytes) -> None:
+        container = self._require_container()
+        ok = await run_blocking(api_client().put_archive, container, "/", data)
+        if not ok:
+            raise SandboxError(f"upload into {self._container_name} failed", session=self.session_id)
+
+    async def _get(self, path: str) -> bytes:
+        import docker.errors
+
+        container = self._require_container()
+
+        def fetch() -> bytes:
+            stream, _stat = api_client().get_archive(container, path)
+            return b"".join(stream)
+
+        try:
+            return await run_blocking(fetch)
+        except docker.errors.NotFound as exc:
+            raise FileNotFoundError(f"{path} not found in {self._container_name}") from exc
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        data = await self._get(source_path)
+        await run_blocking(_tar.extract_single_file, data, Path(target_path))
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        data = await self._get(source_dir.rstrip("/") or "/")
+        await run_blocking(_tar.extract_dir, data, Path(target_dir), True)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")

@@ -1,0 +1,73 @@
+"""Labels on every sandbox (docker container or k8s pod) so a reaper can always find them.
+
+Keys are the same on both backends. Values are sanitised to what k8s label values allow
+(63 chars of [A-Za-z0-9._-]), which docker accepts too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+MANAGED = "rlkit.managed"
+PROJECT = "rlkit.project"
+EXPERIMENT = "rlkit.experiment"
+STEP = "rlkit.step"
+SESSION = "rlkit.session"
+TASK = "rlkit.task"
+OWNER_PID = "rlkit.owner_pid"
+OWNER_HOST = "rlkit.owner_host"
+ALL_KEYS = (MANAGED, PROJECT, EXPERIMENT, STEP, SESSION, TASK, OWNER_PID, OWNER_HOST)
+
+_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def label_value(value: object) -> str:
+    """A k8s-safe label value: [A-Za-z0-9._-], ≤63 chars, alnum at both ends."""
+    text = _BAD.sub("-", str(value))[:63].strip("-._")
+    return text
+
+
+@dataclass(frozen=True)
+class SandboxLabels:
+    """Who a sandbox belongs to. Defaults come from RLKIT_* env vars set by the runner."""
+
+    project: str = ""
+    experiment: str = ""
+    step: str = ""
+    session: str = ""
+    task: str = ""
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> SandboxLabels:
+        values = {
+            "project": os.environ.get("RLKIT_PROJECT", os.environ.get("PROJECT_NAME", "")),
+            "experiment": os.environ.get("RLKIT_EXPERIMENT", os.environ.get("EXP_NAME", "")),
+            "step": os.environ.get("RLKIT_STEP", ""),
+        }
+        values.update({k: "" if v is None else str(v) for k, v in overrides.items()})
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            MANAGED: "1",
+            PROJECT: label_value(self.project),
+            EXPERIMENT: label_value(self.experiment),
+            STEP: label_value(self.step),
+            SESSION: label_value(self.session),
+            TASK: label_value(self.task),
+            OWNER_PID: str(os.getpid()),
+            OWNER_HOST: label_value(socket.gethostname()),
+        }
+
+
+def selector(project: str | None = None, experiment: str | None = None) -> dict[str, str]:
+    """Label filter matching managed sandboxes, optionally of one project/experiment."""
+    wanted = {MANAGED: "1"}
+    if project:
+        wanted[PROJECT] = label_value(project)
+    if experiment:
+        wanted[EXPERIMENT] = label_value(experiment)
+    return wanted
