@@ -1,0 +1,73 @@
+"""`rlkit images base|build`: the offline base image and per-task sandbox images.
+
+  rlkit images base [--force] [--mirror URL]
+      build rlkit/base:bookworm with debootstrap + docker import (skipped when an image
+      with the same recipe hash exists)
+  rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force]
+      build rlkit-task/<task_id>:latest from each task's environment/Dockerfile
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_TASKS = Path("examples/tasks")
+
+
+def _base(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlkit images base")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the recipe is unchanged")
+    parser.add_argument("--mirror", help="Debian mirror (default: the one apt uses on this host)")
+    args = parser.parse_args(argv)
+    from rlkit.sandbox.base_image import ensure_base_image
+
+    ensure_base_image(force=args.force, mirror=args.mirror, log=print)
+    return 0
+
+
+def _build(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlkit images build")
+    parser.add_argument("source", nargs="?", type=Path, default=DEFAULT_TASKS,
+                        help="a task dir, a dir of task dirs, or a task index .parquet (default examples/tasks)")
+    parser.add_argument("--registry", "--tag-prefix", dest="registry", default=os.environ.get("REGISTRY") or None,
+                        help="prefix image names with this registry/path (default $REGISTRY from site.env)")
+    parser.add_argument("--push", action="store_true", help="push each built image to --registry")
+    parser.add_argument("--force", action="store_true", help="rebuild images that already exist")
+    parser.add_argument("--no-base", action="store_true", help="do not ensure rlkit/base:bookworm first")
+    # Scaffold layers (agent baked on top of the task image) plug in through
+    # build_task_images(layer=...); the --scaffold flag is added with the scaffolds.
+    args = parser.parse_args(argv)
+    if args.push and not args.registry:
+        from rlkit.errors import UserError
+
+        raise UserError("--push needs a registry", key="REGISTRY", fix="set REGISTRY in site.env or pass --registry")
+
+    from rlkit.sandbox.base_image import ensure_base_image
+    from rlkit.sandbox.images import build_task_images, discover_tasks, text_progress
+
+    specs = discover_tasks(args.source)
+    if not args.no_base and any(spec.dockerfile and not spec.prebuilt for spec in specs):
+        ensure_base_image(log=lambda msg: print(msg, file=sys.stderr))
+    outcomes = build_task_images(specs, registry=args.registry, push=args.push, force=args.force,
+                                 progress=text_progress())
+    width = max((len(o.task_id) for o in outcomes), default=0)
+    for o in outcomes:
+        mark = "✗" if o.status == "failed" else "✓"
+        print(f"{mark} {o.task_id.ljust(width)}  {o.status:<8} {o.image}" + (f"\n    {o.detail}" if o.detail else ""))
+    failed = [o for o in outcomes if o.status == "failed"]
+    print(f"{len(outcomes) - len(failed)}/{len(outcomes)} images ready")
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(__doc__)
+        return 0 if argv else 2
+    commands = {"base": _base, "build": _build}
+    if argv[0] not in commands:
+        print(f"rlkit images: unknown sub-command {argv[0]!r}\n{__doc__}", file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:])
