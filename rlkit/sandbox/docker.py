@@ -64,6 +64,10 @@ class DockerEnvironment(BaseEnvironment):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._container_id: str | None = None
         self._container_name: str | None = None
+        task_env_config = kwargs.get("task_env_config")
+        if kwargs.get("network_policy") is None and task_env_config is not None:
+            # Constructed outside harbor's Trial: the task's own baseline applies.
+            kwargs["network_policy"] = task_env_config.resolve_baseline()
         super().__init__(*args, **kwargs)
         assert isinstance(self.options, DockerOptions)
         self.opts: DockerOptions = self.options

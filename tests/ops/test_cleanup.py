@@ -1,0 +1,129 @@
+"""`rlkit cleanup`: labelled sandboxes left by a killed process are found and removed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox._helpers import write_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rlkit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rlkit", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+
+
+def _labelled(docker_api, project: str) -> list[dict]:
+    return docker_api.containers(all=True, filters={"label": f"rlkit.project={project}"})
+
+
+@pytest.mark.docker
+def test_cleanup_after_kill_9_of_a_process_with_8_sandboxes(tmp_path: Path, base_image: str, docker_api) -> None:
+    project = f"crash-{uuid.uuid4().hex[:8]}"
+    task = write_task(tmp_path, "rlkit-test-calc")
+    proc = subprocess.Popen([sys.executable, "-m", "tests.ops._start_sandboxes", str(task), str(tmp_path),
+                             project, "8"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", proc.stderr.read() if proc.poll() is not None else line
+        assert len(_labelled(docker_api, project)) == 8
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # The containers outlive their owner: only the labels can find them now.
+    assert len(_labelled(docker_api, project)) == 8
+
+    dry = _rlkit("cleanup", "--project", project, "--dry-run")
+    assert dry.stdout.count("would remove container") == 8 and len(_labelled(docker_api, project)) == 8
+
+    first = _rlkit("cleanup", "--project", project)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("removed container") == 8
+    assert f"project={project}" in first.stdout
+    assert _labelled(docker_api, project) == []
+
+    second = _rlkit("cleanup", "--project", project)
+    assert second.returncode == 0
+    assert second.stdout.strip() == "nothing to clean"
+
+
+@pytest.mark.docker
+def test_cleanup_only_touches_the_selected_project(tmp_path: Path, base_image: str, docker_api) -> None:
+    from rlkit.ops.cleanup import cleanup
+
+    keep, drop = f"keep-{uuid.uuid4().hex[:6]}", f"drop-{uuid.uuid4().hex[:6]}"
+    ids = []
+    for project in (keep, drop):
+        created = docker_api.create_container(base_image, command=["sleep", "60"],
+                                              labels={"rlkit.managed": "1", "rlkit.project": project})
+        ids.append(created["Id"])
+    unlabelled = docker_api.create_container(base_image, command=["sleep", "60"])["Id"]
+    try:
+        report = cleanup(project=drop, k8s=False)
+        assert [r.kind for r in report.removed] == ["container"]
+        assert len(_labelled(docker_api, keep)) == 1 and _labelled(docker_api, drop) == []
+        assert docker_api.containers(all=True, filters={"id": unlabelled})
+    finally:
+        for cid in (ids[0], unlabelled):
+            docker_api.remove_container(cid, force=True)
+
+
+def _listener(port_file: Path, marker: str) -> subprocess.Popen:
+    code = (f"# {marker}\nimport socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+            f"open({str(port_file)!r}, 'w').write(str(s.getsockname()[1]))\nimport time; time.sleep(600)\n")
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def _wait_port(port_file: Path) -> int:
+    import time
+
+    for _ in range(200):
+        if port_file.exists() and port_file.read_text():
+            return int(port_file.read_text())
+        time.sleep(0.05)
+    raise AssertionError("listener did not start")
+
+
+def test_port_cleanup_kills_only_our_processes(tmp_path: Path) -> None:
+    from rlkit.ops.cleanup import CleanupReport, clean_port, pids_listening_on
+
+    ours = _listener(tmp_path / "ours", "rlkit proxy worker")
+    theirs = _listener(tmp_path / "theirs", "somebody else")
+    try:
+        our_port, their_port = _wait_port(tmp_path / "ours"), _wait_port(tmp_path / "theirs")
+        assert pids_listening_on(our_port) == [ours.pid]
+
+        report = CleanupReport()
+        clean_port(report, our_port)
+        assert [r.name for r in report.removed] == [str(ours.pid)]
+        assert ours.wait(timeout=10) == -signal.SIGKILL
+
+        report = CleanupReport()
+        clean_port(report, their_port)
+        assert report.removed == [] and "not ours" in report.errors[0]
+        assert theirs.poll() is None
+    finally:
+        for proc in (ours, theirs):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_cleanup_without_a_daemon_or_cluster_is_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.ops import cleanup as mod
+
+    monkeypatch.setattr("rlkit.sandbox.dockerd.dockerd_answers", lambda *a, **k: False)
+    lines: list[str] = []
+    report = mod.cleanup(k8s=False, log=lines.append)
+    assert report.nothing_done and lines == ["nothing to clean"]
