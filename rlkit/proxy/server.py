@@ -1,0 +1,241 @@
+"""HTTP front end of the proxy (aiohttp) and the in-process `ProxyServer`.
+
+Session URL scheme (one session per trial):
+    OpenAI base URL     http://HOST:PORT/s/<session>/v1      (.../chat/completions, .../models)
+    Anthropic base URL  http://HOST:PORT/s/<session>         (.../v1/messages, .../v1/messages/count_tokens)
+Without the /s/<session> prefix the session comes from the API key (Authorization:
+Bearer K or x-api-key: K) as `session_for_api_key(K)`; keys themselves are never stored
+or logged. Admin endpoints:
+    GET  /s/<session>/trajectory         recorded trajectory (segments + calls) as JSON
+    POST /s/<session>/sampling           JSON object of sampling overrides for the session
+    POST /s/<session>/close              drop the session, answer its final trajectory
+    GET  /sessions, GET /health
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Self
+
+import orjson
+
+from rlkit.errors import ContextExceededError, ProxyError
+from rlkit.proxy import anthropic, formats
+from rlkit.proxy.core import ProxyConfig, ProxyCore, pick_sampling
+from rlkit.proxy.session import session_for_api_key
+
+log = logging.getLogger("rlkit.proxy")
+DEFAULT_SESSION = "default"
+
+
+def _json(data: Any, status: int = 200) -> Any:
+    from aiohttp import web
+
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _session_id(request: Any) -> str:
+    sid = request.match_info.get("session")
+    if sid:
+        return sid
+    auth = request.headers.get("authorization", "")
+    key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    return session_for_api_key(key) if key else DEFAULT_SESSION
+
+
+async def _stream(request: Any, events: list[bytes]) -> Any:
+    from aiohttp import web
+
+    resp = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
+                                                   "cache-control": "no-cache"})
+    await resp.prepare(request)
+    await resp.write(b"".join(events))
+    await resp.write_eof()
+    return resp
+
+
+class ProxyApp:
+    """Route handlers over one ProxyCore."""
+
+    def __init__(self, core: ProxyCore) -> None:
+        self.core = core
+
+    @property
+    def model_name(self) -> str:
+        return self.core.config.served_model_name or self.core.config.model_path
+
+    def build(self) -> Any:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        for prefix in ("", "/s/{session}"):
+            app.router.add_post(prefix + "/v1/chat/completions", self.chat_completions)
+            app.router.add_post(prefix + "/v1/messages", self.messages)
+            app.router.add_post(prefix + "/v1/messages/count_tokens", self.count_tokens)
+            app.router.add_get(prefix + "/v1/models", self.models)
+        app.router.add_get("/s/{session}/trajectory", self.trajectory)
+        app.router.add_post("/s/{session}/sampling", self.sampling)
+        app.router.add_post("/s/{session}/close", self.close)
+        app.router.add_get("/sessions", self.sessions)
+        app.router.add_get("/health", self.health)
+        return app
+
+    async def health(self, request: Any) -> Any:
+        return _json({"status": "ok", "upstreams": [r.base_url for r in self.core.router.replicas]})
+
+    async def models(self, request: Any) -> Any:
+        return _json({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "rlkit",
+                                                  "type": "model", "display_name": self.model_name}]})
+
+    async def sessions(self, request: Any) -> Any:
+        return _json({"sessions": self.core.sessions.ids()})
+
+    async def trajectory(self, request: Any) -> Any:
+        data = self.core.trajectory(request.match_info["session"])
+        if data is None:
+            return _json({"error": {"message": "no such session", "type": "not_found"}}, 404)
+        return _json(data)
+
+    async def sampling(self, request: Any) -> Any:
+        body = orjson.loads(await request.read() or b"{}")
+        if not isinstance(body, dict):
+            return _json({"error": {"message": "expected a JSON object", "type": "invalid_request_error"}}, 400)
+        sid = request.match_info["session"]
+        self.core.set_session_sampling(sid, body)
+        return _json({"session_id": sid, "sampling_overrides": self.core.sessions.get(sid).sampling_overrides})
+
+    async def close(self, request: Any) -> Any:
+        data = self.core.close_session(request.match_info["session"])
+        if data is None:
+            return _json({"error": {"message": "no such session", "type": "not_found"}}, 404)
+        return _json(data)
+
+    async def chat_completions(self, request: Any) -> Any:
+        try:
+            body = orjson.loads(await request.read())
+            messages = body["messages"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return _json(formats.openai_error("body must be a JSON object with 'messages'",
+                                              kind="invalid_request_error"), 400)
+        model = body.get("model") or self.model_name
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        try:
+            result = await self.core.chat(_session_id(request), messages, body.get("tools"),
+                                          pick_sampling(body), max_tokens)
+        except ContextExceededError as exc:
+            return _json(formats.openai_error(exc.message, kind="invalid_request_error",
+                                              code="context_length_exceeded", param="messages"), 400)
+        except ProxyError as exc:
+            log.warning("upstream error: %s", exc.message)
+            return _json(formats.openai_error(exc.message, kind="upstream_error"), 502)
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await _stream(request, formats.openai_stream(result, model, include_usage=include_usage))
+        return _json(formats.openai_response(result, model))
+
+    async def messages(self, request: Any) -> Any:
+        try:
+            body = orjson.loads(await request.read())
+            messages, tools, name_map = anthropic.to_openai(body)
+        except Exception as exc:  # noqa: BLE001 - any malformed body is the client's 400
+            return _json(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
+        model = body.get("model") or self.model_name
+        try:
+            result = await self.core.chat(_session_id(request), messages, tools, anthropic.sampling(body),
+                                          body.get("max_tokens"))
+        except ContextExceededError as exc:
+            return _json(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
+        except ProxyError as exc:
+            log.warning("upstream error: %s", exc.message)
+            return _json(formats.anthropic_error(exc.message, kind="api_error"), 502)
+        if name_map:
+            for call in result.tool_calls:
+                call["name"] = name_map.get(call["name"], call["name"])
+        if body.get("stream"):
+            return await _stream(request, formats.anthropic_stream(result, model))
+        return _json(formats.anthropic_response(result, model))
+
+    async def count_tokens(self, request: Any) -> Any:
+        try:
+            messages, tools, _ = anthropic.to_openai(orjson.loads(await request.read()))
+        except Exception as exc:  # noqa: BLE001 - any malformed body is the client's 400
+            return _json(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
+        return _json({"input_tokens": self.core.count_tokens(messages, tools)})
+
+
+class ProxyServer:
+    """The proxy, served in-process on the running event loop.
+
+        async with ProxyServer(ProxyConfig(model_path=..., upstreams=[...], port=0)) as proxy:
+            base = proxy.openai_base_url("trial-1")      # http://127.0.0.1:PORT/s/trial-1/v1
+            ... run the agent ...
+            traj = proxy.close_session("trial-1")
+    """
+
+    def __init__(self, config: ProxyConfig, *, core: ProxyCore | None = None) -> None:
+        self.config = config
+        self.core = core or ProxyCore(config)
+        self.port = config.port
+        self._runner: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def session_url(self, session_id: str) -> str:
+        return f"{self.url}/s/{session_id}"
+
+    def openai_base_url(self, session_id: str) -> str:
+        return self.session_url(session_id) + "/v1"
+
+    def anthropic_base_url(self, session_id: str) -> str:
+        return self.session_url(session_id)
+
+    async def start(self) -> ProxyServer:
+        from aiohttp import web
+
+        await asyncio.get_running_loop().run_in_executor(None, anthropic.warm_up)
+        await self.core.start()
+        self._runner = web.AppRunner(ProxyApp(self.core).build(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # port 0: learn the real one
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        log.info("proxy listening on %s -> %s", self.url, ", ".join(self.config.upstreams))
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.core.close()
+
+    async def __aenter__(self) -> Self:
+        try:
+            return await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # in-process session API
+    def trajectory(self, session_id: str) -> dict[str, Any] | None:
+        return self.core.trajectory(session_id)
+
+    def close_session(self, session_id: str) -> dict[str, Any] | None:
+        return self.core.close_session(session_id)
+
+    def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
+        self.core.set_session_sampling(session_id, overrides, replace=replace)
+
+
+async def serve_forever(config: ProxyConfig) -> None:
+    async with ProxyServer(config) as proxy:
+        print(f"rlkit proxy on {proxy.url}  (OpenAI base {proxy.url}/s/<session>/v1, "
+              f"Anthropic base {proxy.url}/s/<session>)", flush=True)
+        await asyncio.Event().wait()

@@ -1,0 +1,103 @@
+"""Per-trial session state: call records, token chains, sampling overrides, end reasons."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlkit.proxy.trajectory import CallRecord, assemble, full_prompt_ids
+
+MAX_CHAINS = 8  # open conversation branches remembered per session (main agent, sub-agents, ...)
+
+
+def session_for_api_key(api_key: str) -> str:
+    """Session id derived from an API key; the key itself is never stored or logged."""
+    return "key-" + hashlib.sha256(api_key.encode()).hexdigest()[:20]
+
+
+@dataclass(slots=True)
+class Chain:
+    """A served conversation: normalized messages incl. our reply, and the last call's index.
+
+    `ids` is the exact token sequence so far: prompt + completion of `last_call`.
+    """
+
+    messages: tuple[tuple, ...]
+    tools_key: bytes
+    last_call: int
+    ids: list[int]
+    ended_with_eos: bool
+
+
+@dataclass
+class Session:
+    session_id: str
+    calls: list[CallRecord] = field(default_factory=list)
+    chains: list[Chain] = field(default_factory=list)
+    sampling_overrides: dict[str, Any] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)  # e.g. "context_exceeded"
+    closed: bool = False
+    continuation_failures: int = 0  # template not prefix-stable; the prompt was rendered in full
+
+    def find_chain(self, messages: tuple[tuple, ...], tools_key: bytes) -> Chain | None:
+        """The longest chain whose messages are a strict prefix of `messages`."""
+        best: Chain | None = None
+        for chain in self.chains:
+            n = len(chain.messages)
+            if (n < len(messages) and chain.tools_key == tools_key and (best is None or n > len(best.messages))
+                    and messages[:n] == chain.messages):
+                best = chain
+        return best
+
+    def add_chain(self, chain: Chain, replaced: Chain | None) -> None:
+        if replaced is not None and replaced in self.chains:
+            self.chains.remove(replaced)
+        self.chains.append(chain)
+        if len(self.chains) > MAX_CHAINS:
+            self.chains.pop(0)
+
+    def add_reason(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def full_prompt_ids(self, call_index: int) -> list[int]:
+        return full_prompt_ids(self.calls, call_index)
+
+    def trajectory(self, *, include_calls: bool = True) -> dict[str, Any]:
+        """JSON-able export: segments for training plus per-call records and flags."""
+        assembly = assemble(self.calls)
+        out: dict[str, Any] = {
+            "session_id": self.session_id,
+            "num_calls": len(self.calls),
+            "num_segments": len(assembly.segments),
+            "num_breaks": assembly.num_breaks,
+            "parse_failures": sum(c.parse_failure for c in self.calls),
+            "continuation_failures": self.continuation_failures,
+            "reasons": list(self.reasons),
+            "closed": self.closed,
+            "segments": [s.to_json() for s in assembly.segments],
+        }
+        if include_calls:
+            out["calls"] = [c.to_json(self.full_prompt_ids(c.index)) for c in self.calls]
+        return out
+
+
+class SessionStore:
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = Session(session_id)
+        return session
+
+    def peek(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def pop(self, session_id: str) -> Session | None:
+        return self._sessions.pop(session_id, None)
+
+    def ids(self) -> list[str]:
+        return list(self._sessions)

@@ -1,0 +1,110 @@
+"""vLLM replicas: sticky-per-session, least-loaded routing and the /v1/completions call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rlkit.errors import ContextExceededError, UpstreamError
+
+
+@dataclass(slots=True)
+class Replica:
+    base_url: str
+    in_flight: int = 0
+    sessions: int = 0
+
+
+@dataclass
+class ReplicaRouter:
+    """Keeps a session on one replica (its prefix cache); new sessions go to the least loaded."""
+
+    replicas: list[Replica]
+    assignment: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_urls(cls, urls: list[str]) -> ReplicaRouter:
+        if not urls:
+            raise ValueError("at least one upstream URL is needed")
+        return cls([Replica(u.rstrip("/")) for u in urls])
+
+    def pick(self, session_id: str) -> Replica:
+        index = self.assignment.get(session_id)
+        if index is None:
+            index = min(range(len(self.replicas)),
+                        key=lambda i: (self.replicas[i].in_flight, self.replicas[i].sessions, i))
+            self.assignment[session_id] = index
+            self.replicas[index].sessions += 1
+        return self.replicas[index]
+
+    def release(self, session_id: str) -> None:
+        index = self.assignment.pop(session_id, None)
+        if index is not None:
+            self.replicas[index].sessions -= 1
+
+
+_CONTEXT_HINTS = ("maximum context length", "context length", "max_model_len", "too long")
+
+
+class UpstreamClient:
+    """aiohttp client shared by all sessions (one connection pool)."""
+
+    def __init__(self, model_name: str, *, timeout_s: float = 3600.0, pool_size: int = 1024) -> None:
+        self.model_name = model_name
+        self._timeout_s = timeout_s
+        self._pool_size = pool_size
+        self._http: Any = None
+
+    async def start(self) -> None:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=self._pool_size, ttl_dns_cache=300)
+        self._http = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(),
+                                           timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def max_model_len(self, replica: Replica) -> int | None:
+        """The context window vLLM serves with (from /v1/models), or None if unknown."""
+        try:
+            async with self._http.get(replica.base_url + "/v1/models") as resp:
+                data = orjson.loads(await resp.read()) if resp.status == 200 else {}
+        except (OSError, TimeoutError, ValueError):
+            return None
+        for model in data.get("data") or []:
+            if model.get("id") == self.model_name and model.get("max_model_len"):
+                return int(model["max_model_len"])
+        return None
+
+    async def complete(self, replica: Replica, prompt_ids: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
+        """One token-in/token-out completion. Returns vLLM's first choice plus prompt ids."""
+        import aiohttp
+
+        body = {"model": self.model_name, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
+                "echo": False, "stream": False, **sampling}
+        replica.in_flight += 1
+        try:
+            async with self._http.post(replica.base_url + "/v1/completions", data=orjson.dumps(body),
+                                       headers={"content-type": "application/json"}) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UpstreamError(f"vLLM at {replica.base_url} unreachable: {exc}", upstream=replica.base_url) from exc
+        finally:
+            replica.in_flight -= 1
+        if status != 200:
+            text = raw.decode(errors="replace")[:2000]
+            if status == 400 and any(h in text.lower() for h in _CONTEXT_HINTS):
+                raise ContextExceededError(text, upstream=replica.base_url)
+            raise UpstreamError(f"vLLM at {replica.base_url} answered {status}: {text}", upstream=replica.base_url,
+                                status=status)
+        data = orjson.loads(raw)
+        choice = data["choices"][0]
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        return {"token_ids": choice.get("token_ids") or [], "logprobs": [float(x or 0.0) for x in logprobs],
+                "finish_reason": choice.get("finish_reason") or "stop", "text": choice.get("text", "")}
