@@ -1,0 +1,127 @@
+"""harbor's agent classes, extended to write the proxy's token record as the trial's ATIF.
+
+Each class here is harbor's own agent (same install checks, env, flags, config files)
+plus one behaviour: after the agent ran, it fetches its session's record from the
+proxy (`GET /s/<session>/trajectory`) and writes `agent/trajectory.json` with the
+exact token ids. The trial runner loads them by import path
+(`rlkit.scaffolds._agents:ClaudeCodeAgent`, ...). This module imports harbor and
+litellm, so only the trial runner imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+# litellm (imported by harbor's agents) must not fetch its cost map from the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from harbor.agents.installed.claude_code import ClaudeCode
+from harbor.agents.installed.opencode import OpenCode
+from harbor.agents.installed.openhands_sdk import OpenHandsSDK
+from harbor.agents.terminus_2 import Terminus2
+from harbor.environments.base import BaseEnvironment
+from harbor.models.agent.context import AgentContext
+
+from rlkit.scaffolds.atif import calls_of, write_token_trajectory
+
+TOKEN_RECORD_FILE = "proxy_record.json"
+
+
+async def fetch_session_record(url: str, timeout_s: float = 30.0) -> dict[str, Any] | None:
+    """The proxy's record of one session, or None when the proxy cannot give it."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+            response = await client.get(url)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    body = response.json()
+    return body if isinstance(body, dict) else None
+
+
+class TokenRecordMixin:
+    """Writes agent/trajectory.json from the proxy record after the agent's run."""
+
+    logs_dir: Path
+    logger: Any
+
+    def _init_token_record(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        self._trajectory_url: str | None = kwargs.pop("rlkit_trajectory_url", None)
+        self._scaffold: str = kwargs.pop("rlkit_scaffold", "agent")
+        self._record: dict[str, Any] | None = None
+        return kwargs
+
+    async def _collect_token_record(self) -> None:
+        if not self._trajectory_url:
+            return
+        self._record = await fetch_session_record(self._trajectory_url)
+        if self._record is None:
+            self.logger.warning(f"proxy gave no session record at {self._trajectory_url}")
+            return
+        # The raw record too: it holds the merged segments (masks) the trainer reads.
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        (self.logs_dir / TOKEN_RECORD_FILE).write_text(json.dumps(self._record))
+        self._write_token_trajectory()
+
+    def _write_token_trajectory(self) -> None:
+        if self._record is None or not calls_of(self._record):
+            return
+        model = getattr(self, "model_name", None)
+        write_token_trajectory(self.logs_dir, self._record, scaffold=self._scaffold, model_name=model,
+                               agent_version=str(self.version() or "unknown"))  # type: ignore[attr-defined]
+
+    def populate_context_post_run(self, context: AgentContext) -> None:
+        # The agent's own conversion (from its native logs) may have just written
+        # trajectory.json; keep it aside and put the token-exact one in its place.
+        super().populate_context_post_run(context)  # type: ignore[misc]
+        self._write_token_trajectory()
+
+
+class ClaudeCodeAgent(TokenRecordMixin, ClaudeCode):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **self._init_token_record(kwargs))
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        try:
+            await super().run(instruction, environment, context)
+        finally:
+            await self._collect_token_record()
+
+
+class OpenCodeAgent(TokenRecordMixin, OpenCode):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **self._init_token_record(kwargs))
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        try:
+            await super().run(instruction, environment, context)
+        finally:
+            await self._collect_token_record()
+
+
+class OpenHandsSDKAgent(TokenRecordMixin, OpenHandsSDK):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **self._init_token_record(kwargs))
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        try:
+            await super().run(instruction, environment, context)
+        finally:
+            await self._collect_token_record()
+
+
+class TerminusAgent(TokenRecordMixin, Terminus2):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **self._init_token_record(kwargs))
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        try:
+            await super().run(instruction, environment, context)
+        finally:
+            await self._collect_token_record()

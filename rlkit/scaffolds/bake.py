@@ -1,0 +1,203 @@
+"""Baking agents into sandbox images: once per agent, then a cheap layer per task image.
+
+1. `build_agent_image(scaffold)` stages the agent on the host (npm / pip reach their
+   registries from the host; containers see an intercepting TLS proxy) and builds
+   `rlkit/agent-<scaffold>:<version>` holding /opt/rlkit-agents/<scaffold>/...
+   - cc, oc: the npm packages ship one native binary per platform; only that binary
+     is copied (no node in the image).
+   - ohsdk: the SDK needs Python >= 3.12 and bookworm has 3.11, so the host's CPython
+     3.12 is copied in, and /opt/openhands-sdk-venv (where harbor's agent looks) is
+     created from it offline, from a wheelhouse built on the host.
+2. `build_scaffold_image(task_image, scaffold)` is `FROM <task image>` plus
+   `COPY --from=rlkit/agent-<scaffold>` and a symlink: seconds per task.
+
+harbor's agents then find the agent installed (`skip_install` plus their version
+checks), so a trial pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rlkit.errors import ImageError, UserError
+from rlkit.scaffolds import get_scaffold
+from rlkit.scaffolds.base import Scaffold
+
+AGENTS_ROOT = "/opt/rlkit-agents"
+CACHE_DIR = Path(__file__).resolve().parents[2] / ".rlkit" / "cache" / "agents"
+BASE_IMAGE = "rlkit/base:bookworm"
+OHSDK_VENV = "/opt/openhands-sdk-venv"
+_PYTHON_LDCONF = "/etc/ld.so.conf.d/rlkit-agents-python.conf"
+
+Log = Callable[[str], None]
+
+
+def agent_image_ref(scaffold: Scaffold) -> str:
+    return f"rlkit/agent-{scaffold.name}:{_agent_version(scaffold)}"
+
+
+def scaffold_image_ref(task_image: str, scaffold_name: str) -> str:
+    """`repo:tag` of a task image with a scaffold baked in: the tag gets `-<scaffold>`."""
+    repo, _, tag = task_image.rpartition(":") if ":" in task_image.split("/")[-1] else (task_image, "", "latest")
+    return f"{repo}:{tag}-{scaffold_name}"
+
+
+def _agent_version(scaffold: Scaffold) -> str:
+    recipe = scaffold.image_recipe
+    if recipe is None:
+        raise UserError(f"scaffold {scaffold.name!r} is not baked into images",
+                        fix="it runs on the host; use the task image as it is")
+    if recipe.npm_version:
+        return recipe.npm_version
+    pins = [r.split("==", 1)[1] for r in recipe.pip_requirements if "==" in r]
+    return pins[0] if pins else "latest"
+
+
+def _run(cmd: list[str], *, cwd: Path | None = None, what: str) -> str:
+    proc = subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise ImageError(f"{what} failed ({proc.returncode}):\n{tail}", command=" ".join(cmd))
+    return proc.stdout
+
+
+def image_exists(ref: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", ref], check=False, capture_output=True).returncode == 0
+
+
+def _stage_npm(scaffold: Scaffold, stage: Path, log: Log) -> None:
+    recipe = scaffold.image_recipe
+    assert recipe is not None and recipe.npm_package and recipe.npm_binary
+    npm_dir = CACHE_DIR / scaffold.name / f"npm-{recipe.npm_version}"
+    binary = npm_dir / recipe.npm_binary
+    if not binary.exists():
+        if shutil.which("npm") is None:
+            raise UserError("npm is not installed on this host", fix="apt-get install npm (or nodejs)")
+        log(f"… npm install {recipe.npm_package}@{recipe.npm_version}")
+        npm_dir.mkdir(parents=True, exist_ok=True)
+        _run(["npm", "install", "--prefix", str(npm_dir), "--no-audit", "--no-fund",
+              f"{recipe.npm_package}@{recipe.npm_version}"], what="npm install")
+        if not binary.exists():
+            raise ImageError(f"{recipe.npm_package} did not ship {recipe.npm_binary} for this platform")
+    target = stage / scaffold.name
+    target.mkdir(parents=True)
+    shutil.copy2(binary, target / binary.name)
+
+
+def _host_python312() -> Path:
+    """Prefix of a CPython 3.12 on this host (the one running rlkit, outside its venv)."""
+    prefix = Path(sys.base_prefix)
+    if sys.version_info[:2] != (3, 12):
+        raise UserError("baking ohsdk needs rlkit to run on CPython 3.12", fix="use the .venv from scripts/setup.sh")
+    return prefix
+
+
+def _stage_ohsdk(scaffold: Scaffold, stage: Path, log: Log) -> None:
+    recipe = scaffold.image_recipe
+    assert recipe is not None
+    python_prefix = _host_python312()
+    wheels = CACHE_DIR / scaffold.name / f"wheels-{_agent_version(scaffold)}"
+    done = wheels / ".complete"
+    if not done.exists():
+        log(f"… pip wheel {' '.join(recipe.pip_requirements)} (host, python {python_prefix})")
+        wheels.mkdir(parents=True, exist_ok=True)
+        _run([str(python_prefix / "bin" / "python3.12"), "-m", "pip", "wheel", "-q", "-w", str(wheels),
+              *recipe.pip_requirements], what="pip wheel")
+        done.touch()
+    log("… staging CPython 3.12 and the wheelhouse")
+    shutil.copytree(python_prefix, stage / "python", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
+                                                  "turtledemo", "*.a"))
+    shutil.copytree(wheels, stage / "wheels", ignore=shutil.ignore_patterns(".complete"))
+
+
+def _dockerfile_npm(scaffold: Scaffold) -> str:
+    return f"FROM scratch\nCOPY {scaffold.name} {AGENTS_ROOT}/{scaffold.name}\n"
+
+
+def _dockerfile_ohsdk(scaffold: Scaffold) -> str:
+    recipe = scaffold.image_recipe
+    assert recipe is not None
+    python = f"{AGENTS_ROOT}/{scaffold.name}/python"
+    reqs = " ".join(f"'{r}'" for r in recipe.pip_requirements)
+    return (
+        f"FROM {BASE_IMAGE}\n"
+        f"COPY python {python}\n"
+        "COPY wheels /tmp/wheels\n"
+        # The copied interpreter looks for libpython at the host's prefix; tell ld.so.
+        f"RUN echo {python}/lib > {_PYTHON_LDCONF} && ldconfig \\\n"
+        f" && {python}/bin/python3.12 -m venv {OHSDK_VENV} \\\n"
+        f" && {OHSDK_VENV}/bin/pip install -q --no-index --find-links /tmp/wheels {reqs} \\\n"
+        f" && {OHSDK_VENV}/bin/python -c 'import openhands.sdk, openhands.tools' \\\n"
+        " && rm -rf /tmp/wheels\n"
+    )
+
+
+def build_agent_image(name: str, *, force: bool = False, log: Log = print) -> str:
+    """Build (or reuse) `rlkit/agent-<name>:<version>`; returns its reference."""
+    scaffold = get_scaffold(name)
+    ref = agent_image_ref(scaffold)
+    if not force and image_exists(ref):
+        log(f"✓ {ref} is up to date")
+        return ref
+    recipe = scaffold.image_recipe
+    assert recipe is not None
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"rlkit-agent-{name}-") as tmp:
+        ctx = Path(tmp)
+        if recipe.npm_package:
+            _stage_npm(scaffold, ctx, log)
+            dockerfile = _dockerfile_npm(scaffold)
+        else:
+            if not image_exists(BASE_IMAGE):
+                raise UserError(f"{BASE_IMAGE} is missing", fix="run `rlkit images base` first")
+            _stage_ohsdk(scaffold, ctx, log)
+            dockerfile = _dockerfile_ohsdk(scaffold)
+        (ctx / "Dockerfile").write_text(dockerfile)
+        log(f"… docker build {ref}")
+        _run(["docker", "build", "-q", "--network", "none", "-t", ref, "--label", f"rlkit.agent={name}",
+              str(ctx)], what=f"docker build {ref}")
+    log(f"✓ built {ref} in {time.monotonic() - started:.0f}s")
+    return ref
+
+
+def scaffold_layer_dockerfile(task_image: str, scaffold: Scaffold) -> str:
+    """The per-task layer: copy the baked agent in, put it on PATH."""
+    agent = agent_image_ref(scaffold)
+    root = f"{AGENTS_ROOT}/{scaffold.name}"
+    lines = [f"FROM {task_image}", f"COPY --from={agent} {root} {root}"]
+    recipe = scaffold.image_recipe
+    assert recipe is not None
+    if recipe.pip_requirements:
+        lines.append(f"COPY --from={agent} {OHSDK_VENV} {OHSDK_VENV}")
+        lines.append(f"COPY --from={agent} {_PYTHON_LDCONF} {_PYTHON_LDCONF}")
+        lines.append("RUN ldconfig")
+    links = [f"ln -sf {root}/{target} /usr/local/bin/{name}" for name, target in recipe.links.items()]
+    if links:
+        lines.append("RUN " + " && ".join(links))
+    lines.append(f"LABEL rlkit.scaffold={scaffold.name}")
+    return "\n".join(lines) + "\n"
+
+
+def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log: Log = print) -> str:
+    """`<task image>-<scaffold>`: the task image with the agent baked in. Returns its reference."""
+    scaffold = get_scaffold(name)
+    if scaffold.image_recipe is None:
+        log(f"✓ {name} runs on the host; {task_image} is used as it is")
+        return task_image
+    ref = scaffold_image_ref(task_image, name)
+    if not force and image_exists(ref):
+        log(f"✓ {ref} is up to date")
+        return ref
+    build_agent_image(name, log=log)
+    with tempfile.TemporaryDirectory(prefix="rlkit-scaffold-") as tmp:
+        (Path(tmp) / "Dockerfile").write_text(scaffold_layer_dockerfile(task_image, scaffold))
+        _run(["docker", "build", "-q", "--network", "none", "-t", ref, tmp], what=f"docker build {ref}")
+    log(f"✓ built {ref}")
+    return ref
