@@ -1,0 +1,260 @@
+"""Layered resolution: default < site.env < axis modules < run config < process switches.
+
+The result keeps, for every key, its final value, the layer and file:line it came
+from, and everything that went wrong on the way (parse errors, unknown keys, keys set
+in a layer they do not belong to, bad references, bad types) as data. Checks turn
+those into findings; nothing here prints or exits.
+
+Relative paths resolve against the project root: the nearest ancestor of the config
+file (else of the current directory) that holds `scripts/templates/`; failing both,
+the current directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rlkit.config.envfile import REF_RE, Entry, EnvFile, read_env_file
+from rlkit.config.schema import (
+    AXIS_KEYS,
+    FIELDS,
+    KEYS,
+    PROCESS_KEYS,
+    Layer,
+    RunConfig,
+    default_text,
+    is_path,
+    is_secret,
+    key_layers,
+)
+from rlkit.errors import ConfigError
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+CHANGEME = "CHANGEME"
+
+
+@dataclass(frozen=True)
+class Value:
+    key: str
+    text: str  # final text after ${KEY} expansion
+    layer: Layer
+    where: str  # file:line, "built-in" or "environment"
+    raw: str = ""  # as written, before expansion
+
+    @property
+    def secret(self) -> bool:
+        return is_secret(self.key)
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    entry: Entry
+    layer: Layer
+
+
+@dataclass
+class ResolvedConfig:
+    config_path: Path
+    root: Path
+    values: dict[str, Value]
+    config: RunConfig
+    layer_files: dict[Layer, list[str]] = field(default_factory=dict)
+    unknown: list[tuple[Entry, Layer]] = field(default_factory=list)
+    misplaced: list[Misplaced] = field(default_factory=list)
+    errors: list[ConfigError] = field(default_factory=list)  # parse and reference errors
+    type_errors: list[ConfigError] = field(default_factory=list)
+    duplicates: list[tuple[Entry, Entry]] = field(default_factory=list)
+    bad_keys: set[str] = field(default_factory=set)  # keys that fell back to their default
+
+    def path(self, key: str) -> Path | None:
+        """A path-valued key, absolute (None when empty)."""
+        text = str(getattr(self.config, key))
+        return resolve_path(text, self.root) if text else None
+
+    def where(self, key: str) -> str:
+        return self.values[key].where
+
+
+def resolve_path(text: str, root: Path) -> Path:
+    p = Path(os.path.expanduser(text))
+    return p if p.is_absolute() else (root / p)
+
+
+def find_project_root(config_path: Path) -> Path:
+    for start in (config_path.resolve().parent, Path.cwd().resolve()):
+        for candidate in (start, *start.parents):
+            if (candidate / "scripts" / "templates").is_dir():
+                return candidate
+    return Path.cwd().resolve()
+
+
+def templates_dir(root: Path) -> Path:
+    local = root / "scripts" / "templates"
+    return local if local.is_dir() else PACKAGE_ROOT / "scripts" / "templates"
+
+
+def site_env_path(root: Path, environ: dict[str, str]) -> Path | None:
+    explicit = environ.get("RLKIT_SITE_ENV", "")
+    if explicit:
+        return resolve_path(explicit, Path.cwd())
+    default = root / "scripts" / "train" / "site.env"
+    return default if default.is_file() else None
+
+
+def _expand(values: dict[str, Value], literal: set[str], errors: list[ConfigError]) -> dict[str, Value]:
+    """Expand ${KEY} across layers; cycles and unknown references are errors."""
+    done: dict[str, str] = {}
+
+    def expand(name: str, stack: tuple[str, ...]) -> str:
+        if name in done:
+            return done[name]
+        value = values[name]
+        if name in literal:
+            done[name] = value.text
+            return value.text
+
+        def sub(m) -> str:
+            ref = m.group(1)
+            if ref in stack or ref == name:
+                chain = " -> ".join((*stack, name, ref))
+                errors.append(ConfigError(f"circular reference {chain}", fix="break the cycle with a literal value",
+                                          key=name, file=_file(value), line=_line(value)))
+                return ""
+            if ref not in values:
+                close = difflib.get_close_matches(ref, KEYS, n=1)
+                fix = f"did you mean ${{{close[0]}}}?" if close else "reference a config key (see docs/configuration.md)"
+                errors.append(ConfigError(f"${{{ref}}} is not a config key", fix=fix, key=name,
+                                          file=_file(value), line=_line(value)))
+                return ""
+            return expand(ref, (*stack, name))
+
+        text = REF_RE.sub(sub, value.text)
+        done[name] = text
+        return text
+
+    return {name: Value(name, expand(name, ()), v.layer, v.where, raw=v.text) for name, v in values.items()}
+
+
+def _file(value: Value) -> str | None:
+    return value.where.rsplit(":", 1)[0] if ":" in value.where else None
+
+
+def _line(value: Value) -> int | None:
+    tail = value.where.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _typed(values: dict[str, Value], errors: list[ConfigError]) -> tuple[RunConfig, set[str]]:
+    """Validate types; keys with a bad type (or CHANGEME) fall back to their default so later checks still run."""
+    data = {k: v.text for k, v in values.items()}
+    bad = {k for k, v in data.items() if CHANGEME in v}
+    for _ in range(3):
+        attempt = {k: (_default_value(k, data) if k in bad else v) for k, v in data.items()}
+        try:
+            return RunConfig.model_validate(attempt), bad
+        except ValidationError as exc:
+            for err in exc.errors():
+                name = str(err["loc"][0]) if err["loc"] else ""
+                if name not in values or name in bad:
+                    continue
+                bad.add(name)
+                v = values[name]
+                want = FIELDS[name].annotation
+                kind = getattr(want, "__name__", str(want))
+                errors.append(ConfigError(f"{name}={v.text!r} is not a valid {kind}: {err['msg']}",
+                                          fix=_type_fix(name), key=name, file=_file(v), line=_line(v)))
+    raise ConfigError("config could not be validated", fix="fix the errors above")
+
+
+def _default_value(name: str, data: dict[str, str]) -> str:
+    text = default_text(name)
+    return REF_RE.sub(lambda m: data.get(m.group(1), ""), text)
+
+
+def _type_fix(name: str) -> str:
+    from rlkit.config.schema import type_name
+
+    kind = type_name(name)
+    if "|" in kind:
+        return f"use one of: {kind}"
+    return {"int": "write a whole number", "float": "write a number", "bool": "write 1 or 0"}.get(
+        kind, f"write a {kind}")
+
+
+def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> ResolvedConfig:
+    """Resolve a run config through all layers. Raises ConfigError only when the run config cannot be read."""
+    environ = dict(os.environ if environ is None else environ)
+    path = Path(config_path)
+    run_file = read_env_file(path)
+    root = find_project_root(path)
+    site_path = site_env_path(root, environ)
+    site_file = read_env_file(site_path) if site_path else EnvFile(path="")
+
+    values: dict[str, Value] = {k: Value(k, default_text(k), Layer.DEFAULT, "built-in") for k in KEYS}
+    literal: set[str] = set()
+    out = ResolvedConfig(config_path=path, root=root, values=values, config=RunConfig())
+    out.layer_files = {Layer.SITE: [str(site_path)] if site_path else [], Layer.RUN: [str(path)]}
+
+    def apply(env: EnvFile, layer: Layer) -> None:
+        out.errors.extend(env.errors)
+        out.duplicates.extend(env.duplicates)
+        for entry in env.entries:
+            if entry.key not in FIELDS:
+                out.unknown.append((entry, layer))
+                continue
+            if layer not in key_layers(entry.key):
+                out.misplaced.append(Misplaced(entry, layer))
+            values[entry.key] = Value(entry.key, entry.value, layer, entry.where)
+            literal.discard(entry.key)
+            if entry.literal:
+                literal.add(entry.key)
+
+    apply(site_file, Layer.SITE)
+    # The axis values pick the modules; they come from the layers above and below the axis layer.
+    pre = dict(values)
+    for entry in run_file.entries:
+        if entry.key in AXIS_KEYS:
+            pre[entry.key] = Value(entry.key, entry.value, Layer.RUN, entry.where)
+    tdir = templates_dir(root)
+    axis_files: list[str] = []
+    for axis_key, folder in AXIS_KEYS.items():
+        module = tdir / folder / f"{pre[axis_key].text}.env"
+        if module.is_file():
+            env = read_env_file(module)
+            axis_files.append(str(module))
+            apply(env, Layer.AXIS)
+    out.layer_files[Layer.AXIS] = axis_files
+    apply(run_file, Layer.RUN)
+    for name in PROCESS_KEYS:
+        if name in environ:
+            values[name] = Value(name, environ[name], Layer.PROCESS, "environment")
+            literal.add(name)  # the environment is taken as is, never expanded
+
+    out.values = _expand(values, literal, out.errors)
+    out.config, out.bad_keys = _typed(out.values, out.type_errors)
+    return out
+
+
+def masked(value: Value) -> str:
+    if value.secret and value.text:
+        return "****" + (value.text[-4:] if len(value.text) >= 12 else "")
+    return value.text
+
+
+def render_block(resolved: ResolvedConfig) -> str:
+    """The run configuration block: every value, its layer and where it came from; secrets masked."""
+    width = max(map(len, KEYS))
+    lines = [f"Run configuration ({resolved.config_path}; project root {resolved.root})"]
+    for name in KEYS:
+        v = resolved.values[name]
+        shown = masked(v)
+        if is_path(name) and shown and not v.secret:
+            shown = str(resolve_path(shown, resolved.root))
+        origin = v.layer.value if v.layer is Layer.DEFAULT else f"{v.layer.value:<7} {v.where}"
+        lines.append(f"  {name.ljust(width)} = {shown or '(empty)':<40} [{origin}]")
+    return "\n".join(lines)

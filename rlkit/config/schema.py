@@ -1,0 +1,232 @@
+"""The run configuration schema: every key a run reads, declared exactly once.
+
+Each key is a field of `RunConfig` with its type, default, the layers it belongs to
+and one line of documentation. `docs/configuration.md` is generated from this module
+(`python -m rlkit.config.docs`), and the layered resolver, the checks and the launch
+plan all read it. Keys are the upper-case names users write in `.env` files.
+
+Layers, lowest to highest precedence:
+  default  built into this schema
+  site     site.env: the cluster (Ray head, GPUs per node, registry, namespace, shared paths)
+  axis     scripts/templates/<axis>/<value>.env, composed from SCAFFOLD/BACKEND/TRAINING_MODE/MODEL_ENGINE
+  run      the run config given on the command line
+  process  a few switches read from the process environment (PREFLIGHT_ONLY, DRY_RUN, secrets)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Layer(StrEnum):
+    DEFAULT = "default"
+    SITE = "site"
+    AXIS = "axis"
+    RUN = "run"
+    PROCESS = "process"
+
+
+LAYER_ORDER: tuple[Layer, ...] = (Layer.DEFAULT, Layer.SITE, Layer.AXIS, Layer.RUN, Layer.PROCESS)
+
+
+class Scaffold(StrEnum):
+    CC = "cc"
+    OHSDK = "ohsdk"
+    OC = "oc"
+    TERMINUS = "terminus"
+
+
+class Backend(StrEnum):
+    K8S = "k8s"
+    DOCKER = "docker"
+
+
+class TrainingMode(StrEnum):
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+class ModelEngine(StrEnum):
+    VEOMNI = "veomni"
+    FSDP = "fsdp"
+
+
+class Algorithm(StrEnum):
+    PPO = "ppo"
+    GRPO = "grpo"
+    GSPO = "gspo"
+
+
+class ToolCallParser(StrEnum):
+    """verl's registered tool parsers (verl.experimental.agent_loop.tool_parser)."""
+
+    HERMES = "hermes"
+    GPT_OSS = "gpt-oss"
+    QWEN3_CODER = "qwen3_coder"
+    GLM = "glm"
+    SEED = "seed"
+    MINIMAX = "minimax"
+    KIMI = "kimi"
+    DEEPSEEK_V4 = "deepseek_v4"
+    GEMMA4 = "gemma4"
+
+
+class VerlTrainerMode(StrEnum):
+    """verl V1 `trainer.v1.trainer_mode`."""
+
+    SYNC = "sync"
+    COLOCATE_ASYNC = "colocate_async"
+    SEPARATE_ASYNC = "separate_async"
+
+
+class VerlModelEngine(StrEnum):
+    DP = "dp"
+    VEOMNI = "veomni"
+
+
+class AgentApi(StrEnum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+class ResumeMode(StrEnum):
+    AUTO = "auto"
+    DISABLE = "disable"
+
+
+D, S, A, R, P = Layer.DEFAULT, Layer.SITE, Layer.AXIS, Layer.RUN, Layer.PROCESS
+
+
+def key(default: Any, doc: str, *layers: Layer, secret: bool = False, path: bool = False) -> Any:
+    """A schema field. `layers` are where the key may be set (the first is its home)."""
+    extra: dict[str, Any] = {"layers": [str(layer) for layer in layers]}
+    if secret:
+        extra["secret"] = True
+    if path:
+        extra["path"] = True
+    return Field(default=default, description=doc, json_schema_extra=extra)
+
+
+class RunConfig(BaseModel):
+    """Every value a run reads. Field order is the order of the printed block and the docs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+    # --- identity and topology (run)
+    PROJECT_NAME: str = key("", "Project name; names every artifact directory (logs/, checkpoints/, harbor_trials/).", R)
+    EXP_NAME: str = key("", "Experiment name; pick it before launching, artifacts are keyed by it.", R)
+    SCAFFOLD: Scaffold = key(Scaffold.TERMINUS, "Agent scaffold: cc | ohsdk | oc | terminus.", R)
+    BACKEND: Backend = key(Backend.DOCKER, "Sandbox backend: k8s | docker.", R, S)
+    TRAINING_MODE: TrainingMode = key(TrainingMode.SYNC, "sync colocates rollout and training; async separates them.", R)
+    MODEL_ENGINE: ModelEngine = key(ModelEngine.FSDP, "Training engine: veomni for MoE models, fsdp for dense.", R)
+    ALGORITHM: Algorithm = key(Algorithm.GRPO, "RL algorithm: ppo | grpo | gspo.", R)
+    NNODES: int = key(1, "Nodes in the run; must equal N_NODES_TRAIN + N_NODES_ROLLOUT.", R)
+    N_NODES_TRAIN: int = key("${NNODES}", "Training nodes (sync mode: all of NNODES).", R)
+    N_NODES_ROLLOUT: int = key(0, "Dedicated rollout nodes (async mode; 0 in sync mode).", R)
+    SP_SIZE: int = key(1, "Ulysses sequence-parallel size; must divide N_NODES_TRAIN x GPUS_PER_NODE.", R)
+    EP_SIZE: int = key(1, "Expert-parallel size (veomni engine only).", R)
+    ROLLOUT_TP: int = key(1, "vLLM tensor-parallel size per rollout replica; must divide GPUS_PER_NODE.", R)
+    # --- model and data (run)
+    MODEL_PATH: str = key("", "Policy checkpoint directory (HF format: config.json, tokenizer, chat template).", R,
+                          path=True)
+    TOOL_CALL_PARSER: ToolCallParser = key(ToolCallParser.QWEN3_CODER,
+                                           "Tool-call parser; must match the model's chat template.", R)
+    TRAIN_FILES: str = key("", "Train task index (parquet).", R, path=True)
+    VAL_FILES: str = key("", "Validation task index (parquet).", R, path=True)
+    # --- batch and context (run)
+    TRAIN_BSZ: int = key(64, "Prompts per step.", R)
+    N_RESP: int = key(8, "Responses (trials) per prompt; TRAIN_BSZ x N_RESP trials per step.", R)
+    MINI_BSZ: int = key("${TRAIN_BSZ}", "PPO mini-batch size in prompts; must divide TRAIN_BSZ.", R)
+    MAX_PROMPT: int = key(30000, "Maximum prompt tokens.", R)
+    MAX_RESP: int = key(170000, "Maximum response tokens (whole trajectory); MAX_PROMPT + MAX_RESP must fit the "
+                                "model context.", R)
+    LR: float = key(1e-6, "Actor learning rate.", R)
+    KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)
+    TOTAL_EPOCHS: int = key(30, "Passes over TRAIN_FILES.", R)
+    TRAINER_SAVE_FREQ: int = key(10, "Save a checkpoint every N steps (-1: never).", R)
+    TRAINER_TEST_FREQ: int = key(10, "Validate every N steps (-1: never).", R)
+    RESUME_MODE: ResumeMode = key(ResumeMode.AUTO, "auto resumes from the latest checkpoint of EXP_NAME; disable "
+                                                   "starts over.", R)
+    ROLLOUT_GPU_MEM: float = key(0.85, "vLLM gpu_memory_utilization.", R, S)
+    PARAM_SYNC_STEPS: int = key(1, "separate_async: weight sync every N mini-batches; TRAIN_BSZ must equal "
+                                   "PARAM_SYNC_STEPS x MINI_BSZ.", R)
+    MAX_OFF_POLICY: int = key(4, "async: maximum policy versions a trajectory may span.", R, A)
+    LOGGER: str = key("console,file", "Comma-separated loggers: console, wandb, tensorboard, file.", R, S)
+    OUTPUT_DIR: str = key(".", "Where logs/, checkpoints/ and harbor_trials/ are written.", R, S, path=True)
+    # --- site (the cluster)
+    RAY_HEAD_ADDRESS: str = key("", "IP of the Ray head; the node with this local IP is rank 0 (empty: this node).", S)
+    RAY_PORT: int = key(6379, "Ray GCS port on the head node.", S)
+    GPUS_PER_NODE: int = key(8, "GPUs on every node.", S, R)
+    REGISTRY: str = key("", "Container registry the sandbox images are pulled from (empty: local images).", S)
+    K8S_NAMESPACE: str = key("default", "Kubernetes namespace for sandbox pods (BACKEND=k8s).", S)
+    KUBECONFIG: str = key("~/.kube/config", "Kube config file (BACKEND=k8s).", S, P, path=True)
+    DOCKER_HOST: str = key("unix:///var/run/docker.sock", "Docker daemon address (BACKEND=docker).", S, P)
+    SHARED_DIR: str = key("", "Filesystem shared by all nodes (empty: single node).", S, path=True)
+    PROXY_PORT: int = key(8002, "Port of the token-recording proxy in front of vLLM.", S)
+    DASHBOARD_PORT: int = key(8090, "Port of the monitoring dashboard.", S)
+    # --- axis modules (composed from scripts/templates at launch)
+    HARBOR_AGENT: str = key("terminus-2", "harbor agent the scaffold runs (set by scaffold/<SCAFFOLD>.env).", A)
+    AGENT_API: AgentApi = key(AgentApi.OPENAI, "API dialect the scaffold speaks to the proxy (scaffold axis).", A)
+    SANDBOX_NETWORK: str = key("none", "Sandbox network: none | bridge | a docker network / k8s policy name "
+                                       "(backend axis).", A, R, S)
+    MAX_SANDBOXES: int = key(4, "Concurrent sandboxes per node (backend axis).", A, R, S)
+    VERL_TRAINER_MODE: VerlTrainerMode = key(VerlTrainerMode.SYNC, "verl V1 trainer_mode (mode axis): sync | "
+                                                                   "colocate_async | separate_async.", A, R)
+    VERL_MODEL_ENGINE: VerlModelEngine = key(VerlModelEngine.DP, "verl model_engine (engine axis): dp | veomni.", A)
+    ACTOR_STRATEGY: str = key("fsdp", "verl actor strategy under model_engine=dp: fsdp | fsdp2 (engine axis).", A, R)
+    # --- secrets
+    WANDB_API_KEY: str = key("", "Weights & Biases key (LOGGER=wandb); masked when printed.", P, S, secret=True)
+    # --- process switches
+    PREFLIGHT_ONLY: bool = key(False, "Resolve, print the configuration block and the assertions; launch nothing.", P)
+    DRY_RUN: bool = key(False, "Print the fully expanded launch commands; launch nothing.", P)
+    RLKIT_SITE_ENV: str = key("", "Path of site.env (empty: scripts/train/site.env under the project root, if "
+                                  "present).", P, path=True)
+    RLKIT_CACHE_DIR: str = key("~/.cache/rlkit", "Cache of slow check verdicts (the tool-call parser probe).", P,
+                               path=True)
+
+
+FIELDS = RunConfig.model_fields
+KEYS: tuple[str, ...] = tuple(FIELDS)
+
+
+def key_layers(name: str) -> tuple[Layer, ...]:
+    extra = FIELDS[name].json_schema_extra
+    assert isinstance(extra, dict)
+    return tuple(Layer(v) for v in extra["layers"])  # type: ignore[union-attr]
+
+
+def home_layer(name: str) -> Layer:
+    return key_layers(name)[0]
+
+
+def is_secret(name: str) -> bool:
+    extra = FIELDS[name].json_schema_extra
+    return bool(isinstance(extra, dict) and extra.get("secret"))
+
+
+def is_path(name: str) -> bool:
+    extra = FIELDS[name].json_schema_extra
+    return bool(isinstance(extra, dict) and extra.get("path"))
+
+
+def default_text(name: str) -> str:
+    """The default as a user would write it in a .env file."""
+    value = FIELDS[name].default
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value.value if isinstance(value, StrEnum) else value)
+
+
+def type_name(name: str) -> str:
+    annotation = FIELDS[name].annotation
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return " | ".join(m.value for m in annotation)
+    return getattr(annotation, "__name__", str(annotation))
+
+
+PROCESS_KEYS: tuple[str, ...] = tuple(k for k in KEYS if Layer.PROCESS in key_layers(k))
+AXIS_KEYS: dict[str, str] = {"SCAFFOLD": "scaffold", "BACKEND": "backend", "TRAINING_MODE": "mode",
+                             "MODEL_ENGINE": "engine"}

@@ -1,0 +1,122 @@
+"""The one bridge from rlkit's run config to verl 0.9.1: hydra overrides for
+`python -m verl.trainer.main_ppo`.
+
+Only key names and values live here; no verl module is imported. The override keys
+were read from verl/trainer/config/ppo_trainer.yaml and _generated_ppo_*.yaml of
+verl 0.9.1, and tests compose them with verl's own hydra config.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rlkit.config.schema import Algorithm, RunConfig, VerlModelEngine, VerlTrainerMode
+from rlkit.tasks.schema import AGENT_LOOP_NAME
+
+TRAINER_MODULE = "verl.trainer.main_ppo"
+# Characters hydra's override grammar treats specially in an unquoted value.
+_HYDRA_SPECIAL = re.compile(r"[\s,=\[\]{}()'\"$:*?\\]")
+
+# GSPO per verl's examples/gspo_trainer.
+GSPO = {"clip_ratio_low": 3e-4, "clip_ratio_high": 4e-4, "loss_agg_mode": "seq-mean-token-mean"}
+
+
+def hydra_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if text == "" or _HYDRA_SPECIAL.search(text):
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return text
+
+
+def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files: Path,
+                 checkpoint_dir: Path) -> dict[str, object]:
+    """Every override, as a key -> value map (ordered: data, model, actor, rollout, algorithm, trainer)."""
+    max_len = c.MAX_PROMPT + c.MAX_RESP
+    ar = "actor_rollout_ref"
+    o: dict[str, object] = {
+        "data.train_files": str(train_files),
+        "data.val_files": str(val_files),
+        "data.train_batch_size": c.TRAIN_BSZ,
+        "data.max_prompt_length": c.MAX_PROMPT,
+        "data.max_response_length": c.MAX_RESP,
+        "data.return_raw_chat": True,
+        f"{ar}.model.path": str(model_path),
+        f"{ar}.actor.optim.lr": c.LR,
+        f"{ar}.actor.ppo_mini_batch_size": c.MINI_BSZ,
+        f"{ar}.actor.use_dynamic_bsz": True,
+        f"{ar}.actor.ppo_max_token_len_per_gpu": max_len,
+        f"{ar}.actor.use_kl_loss": c.KL_LOSS_COEF > 0,
+        f"{ar}.actor.kl_loss_coef": c.KL_LOSS_COEF,
+    }
+    if c.VERL_MODEL_ENGINE is VerlModelEngine.VEOMNI:
+        o["model_engine"] = "veomni"
+        o[f"{ar}.actor.veomni.ulysses_parallel_size"] = c.SP_SIZE
+        o[f"{ar}.actor.veomni.expert_parallel_size"] = c.EP_SIZE
+    else:
+        o["model_engine"] = "dp"
+        o[f"{ar}.actor.strategy"] = c.ACTOR_STRATEGY
+        o[f"{ar}.actor.fsdp_config.ulysses_sequence_parallel_size"] = c.SP_SIZE
+        o[f"{ar}.ref.fsdp_config.ulysses_sequence_parallel_size"] = c.SP_SIZE
+    o.update({
+        f"{ar}.rollout.name": "vllm",
+        f"{ar}.rollout.mode": "async",
+        f"{ar}.rollout.n": c.N_RESP,
+        f"{ar}.rollout.tensor_model_parallel_size": c.ROLLOUT_TP,
+        f"{ar}.rollout.gpu_memory_utilization": c.ROLLOUT_GPU_MEM,
+        f"{ar}.rollout.max_model_len": max_len,
+        f"{ar}.rollout.calculate_log_probs": True,
+        f"{ar}.rollout.multi_turn.enable": True,
+        f"{ar}.rollout.multi_turn.format": c.TOOL_CALL_PARSER.value,
+        f"{ar}.rollout.agent.default_agent_loop": AGENT_LOOP_NAME,
+        f"{ar}.rollout.agent.num_workers": max(1, c.MAX_SANDBOXES),
+    })
+    if c.ALGORITHM is Algorithm.PPO:
+        o["algorithm.adv_estimator"] = "gae"
+        o[f"{ar}.actor.policy_loss.loss_mode"] = "vanilla"
+        o["critic.model.path"] = str(model_path)
+        o["critic.ppo_max_token_len_per_gpu"] = max_len
+    else:
+        o["algorithm.adv_estimator"] = "grpo"
+        if c.ALGORITHM is Algorithm.GSPO:
+            o[f"{ar}.actor.policy_loss.loss_mode"] = "gspo"
+            o.update({f"{ar}.actor.{k}": v for k, v in GSPO.items()})
+        else:
+            o[f"{ar}.actor.policy_loss.loss_mode"] = "vanilla"
+    o.update({
+        "trainer.use_v1": True,
+        "trainer.v1.trainer_mode": c.VERL_TRAINER_MODE.value,
+        "trainer.project_name": c.PROJECT_NAME,
+        "trainer.experiment_name": c.EXP_NAME,
+        "trainer.nnodes": c.N_NODES_TRAIN,
+        "trainer.n_gpus_per_node": c.GPUS_PER_NODE,
+        "trainer.save_freq": c.TRAINER_SAVE_FREQ,
+        "trainer.test_freq": c.TRAINER_TEST_FREQ,
+        "trainer.total_epochs": c.TOTAL_EPOCHS,
+        "trainer.logger": [x.strip() for x in c.LOGGER.split(",") if x.strip()],
+        "trainer.default_local_dir": str(checkpoint_dir),
+        "trainer.resume_mode": c.RESUME_MODE.value,
+    })
+    if c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:
+        o.update({
+            f"{ar}.hybrid_engine": False,
+            f"{ar}.rollout.nnodes": c.N_NODES_ROLLOUT,
+            f"{ar}.rollout.n_gpus_per_node": c.GPUS_PER_NODE,
+            f"{ar}.rollout.checkpoint_engine.backend": "nccl",
+            "trainer.v1.separate_async.parameter_sync_step": c.PARAM_SYNC_STEPS,
+            "trainer.v1.sampler.max_off_policy_threshold": c.MAX_OFF_POLICY,
+        })
+    elif c.VERL_TRAINER_MODE is VerlTrainerMode.COLOCATE_ASYNC:
+        o["trainer.v1.sampler.max_off_policy_threshold"] = c.MAX_OFF_POLICY
+    return o
+
+
+def verl_overrides(c: RunConfig, **paths: Path) -> list[str]:
+    """`key=value` arguments for verl.trainer.main_ppo."""
+    return [f"{k}={hydra_value(v)}" for k, v in override_map(c, **paths).items()]

@@ -1,0 +1,110 @@
+"""Tool-call parser probe; runs in a subprocess because it imports transformers and verl.
+
+Renders a probe assistant tool call through the model's own chat template (with
+tools), tokenizes the assistant turn, and parses it back with verl's tool parsers.
+Prints one JSON verdict on stdout:
+
+    {"parser": NAME, "ok": bool, "detail": str, "parses": [names that parse it], "completion": str}
+
+Usage: python -m rlkit.validate._parser_probe MODEL_DIR PARSER
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "rlkit_probe",
+        "description": "Open a file at a line.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "line": {"type": "integer"}},
+            "required": ["path", "line"],
+        },
+    },
+}
+PROBE_ARGS = {"path": "src/app.py", "line": 3}
+
+
+def render_completion(tokenizer) -> str:
+    """The assistant turn's text exactly as the template writes a tool call."""
+    user = [{"role": "user", "content": "Open src/app.py at line 3."}]
+    call = {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "id": "call_0",
+                            "function": {"name": "rlkit_probe", "arguments": dict(PROBE_ARGS)}}]}
+    prefix = tokenizer.apply_chat_template(user, tools=[PROBE_TOOL], tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template([*user, call], tools=[PROBE_TOOL], tokenize=False)
+    if full.startswith(prefix):
+        return full[len(prefix):].rstrip()
+    common = os.path.commonprefix([prefix, full])
+    return full[len(common):].rstrip()
+
+
+def _normal(args: object) -> dict[str, str] | None:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return {str(k): str(v) for k, v in args.items()}
+
+
+async def parses(parser_name: str, tokenizer, ids: list[int]) -> tuple[bool, str]:
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    tools = [OpenAIFunctionToolSchema.model_validate(PROBE_TOOL)]
+    try:
+        parser = ToolParser.get_tool_parser(parser_name, tokenizer)
+        _, calls = await parser.extract_tool_calls(ids, tools)
+    except Exception as exc:  # noqa: BLE001 -- a parser that chokes on a foreign format is a mismatch, not a crash
+        return False, f"{type(exc).__name__}: {exc}"
+    if len(calls) != 1:
+        return False, f"found {len(calls)} tool call(s), expected 1"
+    call = calls[0]
+    if call.name != "rlkit_probe":
+        return False, f"parsed the name as {call.name!r}"
+    got = _normal(call.arguments)
+    if got != _normal(PROBE_ARGS):
+        return False, f"parsed the arguments as {call.arguments!r}"
+    return True, "round-trips"
+
+
+async def probe(model_dir: str, parser_name: str) -> dict:
+    import logging
+
+    logging.disable(logging.CRITICAL)  # verl parsers log every failed decode at ERROR
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    completion = render_completion(tokenizer)
+    if "rlkit_probe" not in completion:
+        return {"parser": parser_name, "ok": False, "parses": [], "completion": completion,
+                "detail": "the chat template does not render assistant tool calls"}
+    ids = tokenizer.encode(completion, add_special_tokens=False)
+    verdicts = {name: await parses(name, tokenizer, ids) for name in sorted(ToolParser._registry)}
+    ok, detail = verdicts.get(parser_name, (False, f"verl has no tool parser named {parser_name!r}"))
+    return {"parser": parser_name, "ok": ok, "detail": detail, "completion": completion,
+            "parses": [name for name, (good, _) in verdicts.items() if good]}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    verdict = asyncio.run(probe(argv[0], argv[1]))
+    print(json.dumps(verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

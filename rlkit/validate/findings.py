@@ -1,0 +1,126 @@
+"""Findings and the check registry.
+
+A check is a named function `(ctx) -> list[Finding]`. Static checks read only the
+resolved config; world checks look at files, the model, daemons, ports and disk.
+Checks return findings; only the CLI turns them into exit codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlkit.registry import Registry
+
+if TYPE_CHECKING:
+    from rlkit.config.resolve import ResolvedConfig
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FATAL = "fatal"
+    SKIP = "skip"
+
+
+MARKS = {Status.OK: "✓", Status.WARN: "⚠", Status.FATAL: "✗ FATAL", Status.SKIP: "-"}
+
+
+class Phase(StrEnum):
+    STATIC = "static"
+    WORLD = "world"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: Status
+    message: str
+    fix: str = ""
+    key: str | None = None
+    where: str | None = None
+
+    def render(self) -> str:
+        head = f"{MARKS[self.status]} {self.check}: {self.message}"
+        if self.where:
+            head += f" ({self.where})"
+        if self.fix and self.status in (Status.WARN, Status.FATAL):
+            head += f"\n      fix: {self.fix}"
+        return head
+
+
+@dataclass
+class Context:
+    """What every check sees."""
+
+    resolved: ResolvedConfig
+    cache_dir: Path
+    # Runs the parser probe subprocess; tests swap it to prove a warm run never spawns it.
+    probe_runner: Callable[[list[str]], str] | None = None
+    notes: dict[str, object] = field(default_factory=dict)
+
+
+CheckFn = Callable[[Context], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    phase: Phase
+    title: str
+    target: str  # "module:function", imported when the check runs
+
+    def run(self, ctx: Context) -> list[Finding]:
+        from rlkit.registry import import_string
+
+        fn = import_string(self.target)
+        return list(fn(ctx))  # type: ignore[operator]
+
+
+CHECKS: Registry[Check] = Registry("check")
+
+# Declared in display order. Each function lives in the module named by its target.
+_TABLE: tuple[tuple[str, Phase, str, str], ...] = (
+    ("config_syntax", Phase.STATIC, "config files parse", "rlkit.validate.static:config_syntax"),
+    ("changeme", Phase.STATIC, "no CHANGEME left", "rlkit.validate.static:changeme"),
+    ("unknown_key", Phase.STATIC, "every key is known", "rlkit.validate.static:unknown_key"),
+    ("key_layer", Phase.STATIC, "keys set in their own layer", "rlkit.validate.static:key_layer"),
+    ("types", Phase.STATIC, "values have the declared types", "rlkit.validate.static:types"),
+    ("names", Phase.STATIC, "PROJECT_NAME / EXP_NAME are safe path names", "rlkit.validate.static:names"),
+    ("topology", Phase.STATIC, "NNODES = N_NODES_TRAIN + N_NODES_ROLLOUT", "rlkit.validate.static:topology"),
+    ("parallelism", Phase.STATIC, "SP_SIZE and ROLLOUT_TP divide their worlds", "rlkit.validate.static:parallelism"),
+    ("batch", Phase.STATIC, "batch arithmetic", "rlkit.validate.static:batch"),
+    ("model_dir", Phase.WORLD, "MODEL_PATH is a model directory", "rlkit.validate.model:model_dir"),
+    ("context_length", Phase.WORLD, "MAX_PROMPT + MAX_RESP fits the model context",
+     "rlkit.validate.model:context_length"),
+    ("model_engine", Phase.WORLD, "MODEL_ENGINE suits the model (MoE vs dense)", "rlkit.validate.model:model_engine"),
+    ("tool_call_parser", Phase.WORLD, "TOOL_CALL_PARSER parses the chat template's tool calls",
+     "rlkit.validate.parser_probe:tool_call_parser"),
+    ("data_files", Phase.WORLD, "TRAIN_FILES / VAL_FILES are task indexes", "rlkit.validate.data:data_files"),
+    ("artifacts", Phase.WORLD, "existing artifacts: resume or clobber", "rlkit.validate.system:artifacts"),
+    ("backend", Phase.WORLD, "sandbox backend reachable", "rlkit.validate.system:backend"),
+    ("ports", Phase.WORLD, "ports free (proxy, dashboard, Ray)", "rlkit.validate.system:ports"),
+    ("disk", Phase.WORLD, "disk room for checkpoints", "rlkit.validate.system:disk"),
+)
+ORDER: tuple[str, ...] = tuple(row[0] for row in _TABLE)
+for _name, _phase, _title, _target in _TABLE:
+    CHECKS.register(_name, Check(_name, _phase, _title, _target))
+
+
+def ok(check: str, message: str, **kw: str | None) -> Finding:
+    return Finding(check, Status.OK, message, **kw)  # type: ignore[arg-type]
+
+
+def warn(check: str, message: str, fix: str, **kw: str | None) -> Finding:
+    return Finding(check, Status.WARN, message, fix, **kw)  # type: ignore[arg-type]
+
+
+def fatal(check: str, message: str, fix: str, **kw: str | None) -> Finding:
+    return Finding(check, Status.FATAL, message, fix, **kw)  # type: ignore[arg-type]
+
+
+def skip(check: str, message: str) -> Finding:
+    return Finding(check, Status.SKIP, message)

@@ -1,0 +1,92 @@
+"""TOOL_CALL_PARSER against the model's chat template.
+
+The probe itself (`rlkit.validate._parser_probe`) needs transformers and verl, so it
+runs in a subprocess. Its verdict is cached on disk, keyed by everything it depends
+on: the chat template and tokenizer config, the parser name, the verl and
+transformers versions and the probe's own version. A warm preflight reads the cache
+and spawns nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from rlkit.validate.findings import Context, Finding, fatal, ok, skip
+from rlkit.validate.model import ModelDirError, model_info
+
+PROBE_VERSION = "1"
+PROBE_TIMEOUT_S = 300
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def cache_key(model_dir: Path, chat_template: str, parser: str) -> str:
+    h = hashlib.sha256()
+    h.update(chat_template.encode())
+    tok_cfg = model_dir / "tokenizer_config.json"
+    if tok_cfg.is_file():  # added tokens decide how the parser sees the text
+        h.update(tok_cfg.read_bytes())
+    for part in (parser, _version("verl"), _version("transformers"), PROBE_VERSION):
+        h.update(b"\0" + part.encode())
+    return h.hexdigest()[:32]
+
+
+def run_probe_subprocess(argv: list[str]) -> str:
+    proc = subprocess.run([sys.executable, "-m", "rlkit.validate._parser_probe", *argv], capture_output=True,
+                          text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"probe exited {proc.returncode}: {' | '.join(tail)}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def probe_verdict(ctx: Context, model_dir: Path, chat_template: str, parser: str) -> tuple[dict, bool]:
+    """(verdict, from_cache)."""
+    cache = ctx.cache_dir / "parser_probe" / f"{cache_key(model_dir, chat_template, parser)}.json"
+    if cache.is_file():
+        try:
+            return json.loads(cache.read_text()), True
+        except json.JSONDecodeError:
+            pass  # a torn write: probe again
+    runner = ctx.probe_runner or run_probe_subprocess
+    verdict = json.loads(runner([str(model_dir), parser]))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(verdict))
+    tmp.replace(cache)
+    return verdict, False
+
+
+def tool_call_parser(ctx: Context) -> list[Finding]:
+    info = model_info(ctx)
+    if isinstance(info, ModelDirError) or info.chat_template is None or info.tokenizer_file is None:
+        return [skip("tool_call_parser", "no usable model directory (see model_dir)")]
+    parser = ctx.resolved.config.TOOL_CALL_PARSER.value
+    where = ctx.resolved.where("TOOL_CALL_PARSER")
+    try:
+        verdict, cached = probe_verdict(ctx, info.path, info.chat_template, parser)
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
+        return [fatal("tool_call_parser", f"could not probe the chat template: {exc}",
+                      "run `python -m rlkit.validate._parser_probe MODEL_PATH PARSER` to see the error",
+                      key="TOOL_CALL_PARSER", where=where)]
+    source = "cached" if cached else "probed"
+    if verdict.get("ok"):
+        return [ok("tool_call_parser", f"{parser} parses the chat template's tool calls ({source})")]
+    others = [p for p in verdict.get("parses", []) if p != parser]
+    if others:
+        fix = f"set TOOL_CALL_PARSER={others[0]} (the parser that reads this template's tool calls)"
+    else:
+        fix = "no verl parser reads this template's tool calls; use the chat template the model was trained with"
+    return [fatal("tool_call_parser", f"TOOL_CALL_PARSER={parser} cannot parse the model's tool calls "
+                  f"({verdict.get('detail')}; {source}); {', '.join(others) or 'no parser'} does",
+                  fix, key="TOOL_CALL_PARSER", where=where)]

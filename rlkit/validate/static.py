@@ -1,0 +1,167 @@
+"""Static checks: they read only the resolved config, never the world.
+
+Topology (documented in docs/configuration.md):
+  sync            rollout is colocated on the training GPUs: N_NODES_ROLLOUT = 0 and
+                  N_NODES_TRAIN = NNODES. verl trainer_mode sync (or colocate_async).
+  async           rollout runs on its own nodes (verl separate_async):
+                  NNODES = N_NODES_TRAIN + N_NODES_ROLLOUT with both >= 1.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from rlkit.config.resolve import CHANGEME
+from rlkit.config.schema import KEYS, Algorithm, Layer, TrainingMode, VerlTrainerMode, home_layer, key_layers
+from rlkit.validate.findings import Context, Finding, fatal, ok, warn
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def config_syntax(ctx: Context) -> list[Finding]:
+    r = ctx.resolved
+    out = [fatal("config_syntax", e.message, e.fix, key=e.key, where=e.where() or None) for e in r.errors]
+    for earlier, later in r.duplicates:
+        out.append(warn("config_syntax", f"{later.key} is set twice; the later value wins (first at "
+                        f"{earlier.where})", "remove one of the lines", key=later.key, where=later.where))
+    files = [f for fs in r.layer_files.values() for f in fs]
+    return out or [ok("config_syntax", f"{len(files)} file(s) read: {', '.join(files)}")]
+
+
+def changeme(ctx: Context) -> list[Finding]:
+    found = [v for v in ctx.resolved.values.values() if CHANGEME in v.raw or CHANGEME in v.text]
+    if not found:
+        return [ok("changeme", "no CHANGEME placeholders")]
+    return [fatal("changeme", f"{v.key} is still CHANGEME", f"set {v.key} (see docs/configuration.md)",
+                  key=v.key, where=v.where) for v in found]
+
+
+def unknown_key(ctx: Context) -> list[Finding]:
+    out = []
+    for entry, layer in ctx.resolved.unknown:
+        close = difflib.get_close_matches(entry.key.upper(), KEYS, n=1, cutoff=0.6)
+        fix = f"did you mean {close[0]}?" if close else "remove it; docs/configuration.md lists every key"
+        out.append(fatal("unknown_key", f"unknown key {entry.key} in the {layer.value} layer", fix,
+                         key=entry.key, where=entry.where))
+    return out or [ok("unknown_key", "every key is known")]
+
+
+def key_layer(ctx: Context) -> list[Finding]:
+    out = []
+    for m in ctx.resolved.misplaced:
+        allowed = ", ".join(layer.value for layer in key_layers(m.entry.key))
+        home = home_layer(m.entry.key)
+        where_to = {Layer.SITE: "site.env", Layer.RUN: "the run config", Layer.AXIS: "scripts/templates",
+                    Layer.PROCESS: "the process environment"}.get(home, home.value)
+        out.append(warn("key_layer", f"{m.entry.key} belongs to the {allowed} layer, but is set in the "
+                        f"{m.layer.value} layer", f"move it to {where_to}", key=m.entry.key, where=m.entry.where))
+    return out or [ok("key_layer", "every key is set in a layer it belongs to")]
+
+
+def types(ctx: Context) -> list[Finding]:
+    out = [fatal("types", e.message, e.fix, key=e.key, where=e.where() or None)
+           for e in ctx.resolved.type_errors]
+    return out or [ok("types", "every value has its declared type")]
+
+
+def names(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    out = []
+    for name in ("PROJECT_NAME", "EXP_NAME"):
+        value = getattr(c, name)
+        where = ctx.resolved.where(name)
+        if not value:
+            out.append(fatal("names", f"{name} is empty", f"set {name} (letters, digits, . _ -)", key=name,
+                             where=where))
+        elif not SAFE_NAME.fullmatch(value) or value in {".", ".."}:
+            out.append(fatal("names", f"{name}={value!r} is not a safe path name", "use letters, digits, '.', "
+                             "'_' and '-' only, starting with a letter or digit", key=name, where=where))
+    return out or [ok("names", f"artifacts go under {c.PROJECT_NAME}/{c.EXP_NAME}")]
+
+
+def topology(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    w = ctx.resolved.where
+    if c.NNODES < 1 or c.N_NODES_TRAIN < 1 or c.N_NODES_ROLLOUT < 0:
+        return [fatal("topology", f"NNODES={c.NNODES}, N_NODES_TRAIN={c.N_NODES_TRAIN} must be >= 1 and "
+                      f"N_NODES_ROLLOUT={c.N_NODES_ROLLOUT} >= 0", "fix the node counts", key="NNODES",
+                      where=w("NNODES"))]
+    separate = c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC
+    if c.TRAINING_MODE is TrainingMode.SYNC and separate:
+        return [fatal("topology", "TRAINING_MODE=sync but VERL_TRAINER_MODE=separate_async",
+                      "remove VERL_TRAINER_MODE from the run config (the mode axis sets it)",
+                      key="VERL_TRAINER_MODE", where=w("VERL_TRAINER_MODE"))]
+    if not separate and c.N_NODES_ROLLOUT != 0:
+        return [fatal("topology", f"{c.VERL_TRAINER_MODE.value} colocates rollout with training, so "
+                      f"N_NODES_ROLLOUT must be 0 (got {c.N_NODES_ROLLOUT})",
+                      "set N_NODES_ROLLOUT=0 and N_NODES_TRAIN=NNODES, or TRAINING_MODE=async",
+                      key="N_NODES_ROLLOUT", where=w("N_NODES_ROLLOUT"))]
+    if separate and c.N_NODES_ROLLOUT < 1:
+        return [fatal("topology", "async (separate_async) needs dedicated rollout nodes, N_NODES_ROLLOUT=0",
+                      "set N_NODES_ROLLOUT >= 1, or VERL_TRAINER_MODE=colocate_async for a one-node async run",
+                      key="N_NODES_ROLLOUT", where=w("N_NODES_ROLLOUT"))]
+    if c.NNODES != c.N_NODES_TRAIN + c.N_NODES_ROLLOUT:
+        return [fatal("topology", f"NNODES={c.NNODES} != N_NODES_TRAIN={c.N_NODES_TRAIN} + "
+                      f"N_NODES_ROLLOUT={c.N_NODES_ROLLOUT}",
+                      f"set NNODES={c.N_NODES_TRAIN + c.N_NODES_ROLLOUT} or change the split", key="NNODES",
+                      where=w("NNODES"))]
+    return [ok("topology", f"{c.NNODES} node(s): {c.N_NODES_TRAIN} train + {c.N_NODES_ROLLOUT} rollout "
+               f"({c.VERL_TRAINER_MODE.value})")]
+
+
+def parallelism(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    w = ctx.resolved.where
+    out = []
+    world = c.N_NODES_TRAIN * c.GPUS_PER_NODE
+    if c.GPUS_PER_NODE < 1:
+        return [fatal("parallelism", "GPUS_PER_NODE must be >= 1", "set GPUS_PER_NODE in site.env",
+                      key="GPUS_PER_NODE", where=w("GPUS_PER_NODE"))]
+    if c.SP_SIZE < 1 or world % c.SP_SIZE:
+        out.append(fatal("parallelism", f"SP_SIZE={c.SP_SIZE} does not divide the training world "
+                         f"{c.N_NODES_TRAIN} x {c.GPUS_PER_NODE} = {world}",
+                         f"pick a divisor of {world}: {_divisors(world)}", key="SP_SIZE", where=w("SP_SIZE")))
+    if c.ROLLOUT_TP < 1 or c.GPUS_PER_NODE % c.ROLLOUT_TP:
+        out.append(fatal("parallelism", f"ROLLOUT_TP={c.ROLLOUT_TP} does not divide GPUS_PER_NODE="
+                         f"{c.GPUS_PER_NODE}", f"pick one of {_divisors(c.GPUS_PER_NODE)}", key="ROLLOUT_TP",
+                         where=w("ROLLOUT_TP")))
+    if c.EP_SIZE < 1 or (world // max(c.SP_SIZE, 1)) % c.EP_SIZE:
+        out.append(fatal("parallelism", f"EP_SIZE={c.EP_SIZE} does not divide the data-parallel world "
+                         f"{world // max(c.SP_SIZE, 1)}", "pick a divisor", key="EP_SIZE", where=w("EP_SIZE")))
+    return out or [ok("parallelism", f"train world {world} GPUs, SP {c.SP_SIZE}, rollout TP {c.ROLLOUT_TP}")]
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) if n > 0 else "none"
+
+
+def batch(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    w = ctx.resolved.where
+    out = []
+    for name in ("TRAIN_BSZ", "N_RESP", "MINI_BSZ", "MAX_PROMPT", "MAX_RESP"):
+        if getattr(c, name) < 1:
+            out.append(fatal("batch", f"{name} must be >= 1", f"set {name} to a positive number", key=name,
+                             where=w(name)))
+    if out:
+        return out
+    dp = c.N_NODES_TRAIN * c.GPUS_PER_NODE // max(c.SP_SIZE, 1)
+    if c.TRAIN_BSZ % c.MINI_BSZ:
+        out.append(fatal("batch", f"MINI_BSZ={c.MINI_BSZ} does not divide TRAIN_BSZ={c.TRAIN_BSZ}",
+                         f"pick a divisor of {c.TRAIN_BSZ}", key="MINI_BSZ", where=w("MINI_BSZ")))
+    elif dp > 0 and (c.MINI_BSZ * c.N_RESP) % dp:
+        out.append(fatal("batch", f"MINI_BSZ x N_RESP = {c.MINI_BSZ * c.N_RESP} trajectories do not split "
+                         f"evenly over the data-parallel world {dp} (train GPUs / SP_SIZE)",
+                         f"make MINI_BSZ x N_RESP a multiple of {dp}", key="MINI_BSZ", where=w("MINI_BSZ")))
+    if c.ALGORITHM in (Algorithm.GRPO, Algorithm.GSPO) and c.N_RESP < 2:
+        out.append(fatal("batch", f"{c.ALGORITHM.value} compares responses within a group; N_RESP={c.N_RESP}",
+                         "set N_RESP >= 2 (8 is typical)", key="N_RESP", where=w("N_RESP")))
+    if c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC and c.TRAIN_BSZ != c.PARAM_SYNC_STEPS * c.MINI_BSZ:
+        out.append(fatal("batch", f"separate_async needs TRAIN_BSZ = PARAM_SYNC_STEPS x MINI_BSZ "
+                         f"({c.TRAIN_BSZ} != {c.PARAM_SYNC_STEPS} x {c.MINI_BSZ})",
+                         f"set PARAM_SYNC_STEPS={c.TRAIN_BSZ // c.MINI_BSZ}" if c.TRAIN_BSZ % c.MINI_BSZ == 0
+                         else "set MINI_BSZ to a divisor of TRAIN_BSZ", key="PARAM_SYNC_STEPS",
+                         where=w("PARAM_SYNC_STEPS")))
+    return out or [ok("batch", f"{c.TRAIN_BSZ} x {c.N_RESP} = {c.TRAIN_BSZ * c.N_RESP} trials/step, "
+                   f"{c.TRAIN_BSZ // c.MINI_BSZ} mini-batch(es) over {dp} data-parallel rank(s)")]

@@ -1,0 +1,178 @@
+"""World checks on this machine: existing artifacts, the sandbox backend, ports and disk.
+
+No client libraries are imported: the docker daemon is pinged over its socket, the kube
+config is read as YAML and its API server reached with a TCP connect.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from rlkit.config.schema import Backend, ResumeMode
+from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
+
+CLEANUP = "bash scripts/cleanup_before_run.sh"
+
+
+def output_root(ctx: Context) -> Path:
+    return ctx.resolved.path("OUTPUT_DIR") or ctx.resolved.root
+
+
+def artifacts(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    if not c.PROJECT_NAME or not c.EXP_NAME:
+        return [skip("artifacts", "PROJECT_NAME / EXP_NAME unset")]
+    root = output_root(ctx)
+    ckpt = root / "checkpoints" / c.PROJECT_NAME / c.EXP_NAME
+    log = root / "logs" / f"{c.EXP_NAME}.log"
+    trials = root / "harbor_trials" / c.PROJECT_NAME / c.EXP_NAME
+    found = [p for p in (log, ckpt, trials) if p.exists()]
+    if not found:
+        return [ok("artifacts", f"fresh run: nothing yet under {root} for {c.PROJECT_NAME}/{c.EXP_NAME}")]
+    latest = ckpt / "latest_checkpointed_iteration.txt"
+    step = latest.read_text().strip() if latest.is_file() else ""
+    listed = ", ".join(str(p.relative_to(root)) for p in found)
+    where = ctx.resolved.where("EXP_NAME")
+    if step and c.RESUME_MODE is ResumeMode.AUTO:
+        return [ok("artifacts", f"resume: {c.EXP_NAME} continues from global_step_{step} ({listed})")]
+    if step:
+        return [warn("artifacts", f"clobber: RESUME_MODE=disable restarts {c.EXP_NAME} over a checkpoint at "
+                     f"global_step_{step} ({listed})", "pick a new EXP_NAME to keep the old run, or set "
+                     "RESUME_MODE=auto to continue it", key="EXP_NAME", where=where)]
+    return [warn("artifacts", f"clobber: {listed} exist(s) without a checkpoint; the new run appends to / "
+                 "overwrites them", "pick a new EXP_NAME, or delete the old artifacts", key="EXP_NAME",
+                 where=where)]
+
+
+def _docker_ping(address: str, timeout: float = 1.0) -> str | None:
+    """None when the daemon answers /_ping, else the reason."""
+    url = urlparse(address)
+    try:
+        if url.scheme in ("unix", ""):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: object = url.path or address
+        elif url.scheme in ("tcp", "http"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            target = (url.hostname or "localhost", url.port or 2375)
+        else:
+            return f"unsupported DOCKER_HOST scheme {url.scheme!r}"
+        sock.settimeout(timeout)
+        with sock:
+            sock.connect(target)  # type: ignore[arg-type]
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = sock.recv(1024).decode(errors="replace")
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    if " 200 " in reply.split("\r\n", 1)[0] and reply.rstrip().endswith("OK"):
+        return None
+    return f"unexpected answer {reply[:60]!r}"
+
+
+def _kube_check(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    where = ctx.resolved.where("KUBECONFIG")
+    path = ctx.resolved.path("KUBECONFIG")
+    if path is None or not path.is_file():
+        return [fatal("backend", f"BACKEND=k8s but the kube config {path} does not exist",
+                      "set KUBECONFIG (site.env or the environment) to your cluster's config", key="KUBECONFIG",
+                      where=where)]
+    import yaml  # small, only on the k8s path
+
+    try:
+        kube = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        return [fatal("backend", f"{path} is not valid YAML ({exc})", "fix or regenerate the kube config",
+                      key="KUBECONFIG", where=where)]
+    current = kube.get("current-context")
+    contexts = {x.get("name"): x.get("context", {}) for x in kube.get("contexts") or []}
+    if current not in contexts:
+        return [fatal("backend", f"{path}: current-context {current!r} is not among its contexts",
+                      "kubectl config use-context NAME", key="KUBECONFIG", where=where)]
+    cluster_name = contexts[current].get("cluster")
+    clusters = {x.get("name"): x.get("cluster", {}) for x in kube.get("clusters") or []}
+    server = clusters.get(cluster_name, {}).get("server", "")
+    ns = c.K8S_NAMESPACE
+    if not ns or not all(ch.isalnum() or ch == "-" for ch in ns) or ns != ns.lower() or len(ns) > 63:
+        return [fatal("backend", f"K8S_NAMESPACE={ns!r} is not a valid namespace name",
+                      "lower-case letters, digits and '-'", key="K8S_NAMESPACE",
+                      where=ctx.resolved.where("K8S_NAMESPACE"))]
+    url = urlparse(server)
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 443), timeout=2):
+            pass
+    except OSError as exc:
+        return [fatal("backend", f"kubernetes API {server or '(none)'} of context {current!r} is unreachable "
+                      f"({exc.strerror or exc})", "check the VPN / cluster, or use BACKEND=docker",
+                      key="KUBECONFIG", where=where)]
+    return [ok("backend", f"kubernetes API {server} reachable (context {current}, namespace {ns})")]
+
+
+def backend(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    if c.BACKEND is Backend.K8S:
+        return _kube_check(ctx)
+    reason = _docker_ping(c.DOCKER_HOST)
+    if reason:
+        return [fatal("backend", f"docker daemon not reachable at {c.DOCKER_HOST} ({reason})",
+                      "start it (sudo dockerd &, or systemctl start docker), or set DOCKER_HOST",
+                      key="BACKEND", where=ctx.resolved.where("BACKEND"))]
+    return [ok("backend", f"docker daemon answers at {c.DOCKER_HOST}")]
+
+
+def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT leftovers
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def ports(ctx: Context) -> list[Finding]:
+    from rlkit.launch.plan import is_head_node
+
+    c = ctx.resolved.config
+    wanted = {"PROXY_PORT": c.PROXY_PORT, "DASHBOARD_PORT": c.DASHBOARD_PORT}
+    if is_head_node(c.RAY_HEAD_ADDRESS):
+        wanted["RAY_PORT"] = c.RAY_PORT
+    busy = [(k, p) for k, p in wanted.items() if port_in_use(p)]
+    if busy:
+        return [fatal("ports", f"{k}={p} is already in use", f"stop what holds it ({CLEANUP}; `ss -ltnp "
+                      f"'sport = :{p}'` shows the process), or set {k}", key=k, where=ctx.resolved.where(k))
+                for k, p in busy]
+    return [ok("ports", "free: " + ", ".join(f"{k}={p}" for k, p in wanted.items()))]
+
+
+def checkpoint_bytes(weight_bytes: int, config: dict) -> int:
+    """One verl checkpoint: fp32 model shards + two fp32 Adam moments + an HF copy of the weights."""
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    per_param = 4 if "32" in dtype else 2
+    params = weight_bytes // per_param
+    return params * 12 + weight_bytes
+
+
+def disk(ctx: Context) -> list[Finding]:
+    from rlkit.validate.model import ModelDirError, model_info
+
+    info = model_info(ctx)
+    if isinstance(info, ModelDirError):
+        return [skip("disk", "no model directory to size checkpoints from")]
+    target = output_root(ctx) / "checkpoints"
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    need = checkpoint_bytes(info.weight_bytes, info.config)
+    gib = 2**30
+    msg = f"{free / gib:.1f} GiB free at {probe}, ~{need / gib:.2f} GiB per checkpoint"
+    if free < need:
+        return [fatal("disk", msg, "free space or set OUTPUT_DIR to a larger disk", key="OUTPUT_DIR",
+                      where=ctx.resolved.where("OUTPUT_DIR"))]
+    if free < 3 * need:
+        return [warn("disk", msg + " (room for fewer than 3)", "free space, or save less often "
+                     "(TRAINER_SAVE_FREQ)", key="TRAINER_SAVE_FREQ")]
+    return [ok("disk", msg)]
