@@ -3,8 +3,9 @@
   rlkit images base [--force] [--mirror URL]
       build rlkit/base:bookworm with debootstrap + docker import (skipped when an image
       with the same recipe hash exists)
-  rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force]
-      build rlkit-task/<task_id>:latest from each task's environment/Dockerfile
+  rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force] [--scaffold NAME]
+      build rlkit-task/<task_id>:latest from each task's environment/Dockerfile;
+      --scaffold bakes that agent (cc|ohsdk|oc) on top as rlkit-task/<task_id>:<scaffold>
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def _build(argv: list[str]) -> int:
     parser.add_argument("--push", action="store_true", help="push each built image to --registry")
     parser.add_argument("--force", action="store_true", help="rebuild images that already exist")
     parser.add_argument("--no-base", action="store_true", help="do not ensure rlkit/base:bookworm first")
-    # Scaffold layers (agent baked on top of the task image) plug in through
-    # build_task_images(layer=...); the --scaffold flag is added with the scaffolds.
+    parser.add_argument("--scaffold", help="bake this agent scaffold (cc|ohsdk|oc|terminus) on top of each image")
     args = parser.parse_args(argv)
     if args.push and not args.registry:
         from rlkit.errors import UserError
@@ -51,8 +51,13 @@ def _build(argv: list[str]) -> int:
     specs = discover_tasks(args.source)
     if not args.no_base and any(spec.dockerfile and not spec.prebuilt for spec in specs):
         ensure_base_image(log=lambda msg: print(msg, file=sys.stderr))
+    layer = None
+    if args.scaffold:
+        from rlkit.scaffolds.bake import scaffold_layer
+
+        layer = scaffold_layer(args.scaffold, force=args.force, log=lambda msg: print(msg, file=sys.stderr))
     outcomes = build_task_images(specs, registry=args.registry, push=args.push, force=args.force,
-                                 progress=text_progress())
+                                 progress=text_progress(), layer=layer)
     width = max((len(o.task_id) for o in outcomes), default=0)
     for o in outcomes:
         mark = "✗" if o.status == "failed" else "✓"

@@ -43,9 +43,10 @@ def agent_image_ref(scaffold: Scaffold) -> str:
 
 
 def scaffold_image_ref(task_image: str, scaffold_name: str) -> str:
-    """`repo:tag` of a task image with a scaffold baked in: the tag gets `-<scaffold>`."""
+    """The task image with a scaffold baked in: tag `latest` becomes `<scaffold>` (as in
+    `task_image_ref(task_id, variant=scaffold)`), any other tag gets `-<scaffold>`."""
     repo, _, tag = task_image.rpartition(":") if ":" in task_image.split("/")[-1] else (task_image, "", "latest")
-    return f"{repo}:{tag}-{scaffold_name}"
+    return f"{repo}:{scaffold_name}" if tag == "latest" else f"{repo}:{tag}-{scaffold_name}"
 
 
 def _agent_version(scaffold: Scaffold) -> str:
@@ -201,3 +202,22 @@ def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log
         _run(["docker", "build", "-q", "--network", "none", "-t", ref, tmp], what=f"docker build {ref}")
     log(f"✓ built {ref}")
     return ref
+
+
+def scaffold_layer(name: str, *, force: bool = False, log: Log = print) -> Callable[[str, object], object]:
+    """The `layer` hook of `rlkit.sandbox.images.build_task_images` for `--scaffold NAME`."""
+    from rlkit.sandbox.images import BuildOutcome
+
+    get_scaffold(name)  # unknown names fail before any build
+
+    def layer(task_image: str, spec: object) -> BuildOutcome:
+        task_id = str(getattr(spec, "task_id", task_image))
+        ref = scaffold_image_ref(task_image, name)
+        existed = image_exists(ref)
+        try:
+            ref = build_scaffold_image(task_image, name, force=force, log=log)
+        except ImageError as exc:
+            return BuildOutcome(task_id, ref, "failed", exc.message)
+        return BuildOutcome(task_id, ref, "cached" if existed and not force else "built")
+
+    return layer
