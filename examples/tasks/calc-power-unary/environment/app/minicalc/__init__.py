@@ -1,0 +1,3 @@
+from minicalc.evaluator import CalcError, evaluate
+
+__all__ = ["CalcError", "evaluate"]

@@ -1,0 +1,3 @@
+from timefmt.duration import format_duration, parse_duration
+
+__all__ = ["format_duration", "parse_duration"]

@@ -1,0 +1,82 @@
+"""harbor's verifier, run on a clean slate.
+
+harbor's `Verifier` already deletes reward.txt / reward.json before the tests run and
+copies tests/ in only after the agent. This subclass closes the remaining ways an agent
+could influence its own grade, then hands over to harbor unchanged:
+
+* processes the agent left running (e.g. a background loop that writes reward.txt once
+  the verifier has started) are killed;
+* /logs/verifier is emptied (not just the two reward files) and /tests removed, so a
+  pytest.ini or conftest.py planted there cannot change how the tests run.
+
+It also records why verification failed, keyed by trial directory: harbor keeps only the
+first exception of a trial, so a verifier failure after an agent timeout would be lost.
+"""
+
+from __future__ import annotations
+
+from typing import override
+
+from harbor.models.trial.paths import EnvironmentPaths
+from harbor.models.verifier.result import VerifierResult
+from harbor.verifier.verifier import Verifier
+
+# trial_dir -> exception type name of the verifier failure ("CancelledError" = harbor's timeout fired)
+VERIFIER_FAILURES: dict[str, str] = {}
+
+# Kill every process except PID 1, the keep-alive and this shell. Pure bash builtins
+# (no child processes to kill by mistake mid-loop). Under an init (docker --init, tini)
+# the keep-alive is PID 1's oldest child, i.e. the lowest PID whose parent is 1.
+_KILL_LEFTOVERS = r"""
+read -r init_comm < /proc/1/comm
+keep=""
+case "$init_comm" in
+  sleep|pause) ;;
+  *) for dir in /proc/[0-9]*; do
+       pid=${dir#/proc/}
+       [ "$pid" = 1 ] && continue
+       while read -r key value; do
+         if [ "$key" = "PPid:" ]; then
+           if [ "$value" = 1 ] && { [ -z "$keep" ] || [ "$pid" -lt "$keep" ]; }; then keep=$pid; fi
+           break
+         fi
+       done < "$dir/status" 2>/dev/null
+     done ;;
+esac
+for dir in /proc/[0-9]*; do
+  pid=${dir#/proc/}
+  case "$pid" in 1|"$$"|"$keep") continue ;; esac
+  kill -9 "$pid" 2>/dev/null
+done
+true
+"""
+
+
+def _fresh_dirs_command(paths: EnvironmentPaths) -> str:
+    verifier_dir, tests_dir = str(paths.verifier_dir), str(paths.tests_dir)
+    return (f"rm -rf -- {tests_dir} && mkdir -p {verifier_dir} && "
+            f"find {verifier_dir} -mindepth 1 -delete && chmod 777 {verifier_dir}")
+
+
+class GuardedVerifier(Verifier):
+    """`harbor.verifier.Verifier` after killing leftover agent processes and clearing its dirs."""
+
+    @override
+    async def verify(self) -> VerifierResult:
+        key = str(self.trial_paths.trial_dir)
+        VERIFIER_FAILURES.pop(key, None)
+        try:
+            await self._clean_slate()
+            return await super().verify()
+        except BaseException as exc:
+            VERIFIER_FAILURES[key] = type(exc).__name__
+            raise
+
+    async def _clean_slate(self) -> None:
+        paths = EnvironmentPaths.for_os(self.environment.os)
+        killed = await self.environment.exec(command=_KILL_LEFTOVERS, user="root")
+        if killed.return_code != 0:
+            self.logger.warning(f"killing leftover processes failed: {killed.stderr or killed.stdout}")
+        result = await self.environment.exec(command=_fresh_dirs_command(paths), user="root")
+        if result.return_code != 0:
+            raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")

@@ -1,0 +1,119 @@
+"""Reading harbor task directories.
+
+A task directory is harbor's format (task.toml, instruction.md, environment/Dockerfile
+or [environment].docker_image, tests/test.sh, solution/solve.sh). harbor's own `Task`
+class parses and validates it; `TaskInfo` keeps the few fields rlkit needs to index,
+sample and schedule a task, so callers never hold harbor objects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlkit.errors import UserError
+
+TASK_CONFIG = "task.toml"
+DIFFICULTY_LABELS = ("easy", "medium", "hard")
+
+
+class TaskInfo(BaseModel):
+    """What rlkit reads from one harbor task directory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str = Field(description="harbor task name ([task].name, else the directory name)")
+    path: Path = Field(description="absolute path of the task directory")
+    instruction: str = Field(description="instruction.md, canary lines stripped")
+    docker_image: str | None = Field(default=None, description="[environment].docker_image if set")
+    has_dockerfile: bool = Field(description="environment/Dockerfile exists")
+    has_solution: bool = Field(description="solution/solve.sh exists (the oracle can run)")
+    agent_timeout_sec: float | None = Field(default=None, description="[agent].timeout_sec")
+    verifier_timeout_sec: float = Field(description="[verifier].timeout_sec")
+    difficulty: str | None = Field(default=None, description="[metadata].difficulty label")
+    pass_rate: float | None = Field(default=None, description="[metadata].pass_rate in [0, 1]")
+    cpus: float | None = Field(default=None, description="[environment].cpus")
+    memory_mb: int | None = Field(default=None, description="[environment].memory_mb")
+
+
+def load_task(task_dir: str | Path) -> TaskInfo:
+    """Parse one task directory with harbor; raise UserError naming the file on any problem."""
+    from harbor.models.task.task import Task  # harbor is an optional extra
+
+    path = Path(task_dir).expanduser().resolve()
+    config_path = path / TASK_CONFIG
+    if not config_path.is_file():
+        raise UserError(f"{path} is not a harbor task directory (no {TASK_CONFIG})",
+                        file=str(config_path), fix="point at a directory that holds task.toml")
+    try:
+        task = Task(path)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"invalid task {path.name}: {exc}", file=str(config_path),
+                        fix="compare with a task in examples/tasks/") from exc
+    config = task.config
+    has_dockerfile = (task.paths.environment_dir / "Dockerfile").is_file()
+    if not config.environment.docker_image and not has_dockerfile:
+        raise UserError(f"task {task.name} has neither environment/Dockerfile nor [environment].docker_image",
+                        file=str(config_path), key="environment.docker_image",
+                        fix="add environment/Dockerfile or set docker_image in task.toml")
+    metadata = config.metadata or {}
+    return TaskInfo(
+        task_id=task.name,
+        path=path,
+        instruction=task.instruction,
+        docker_image=config.environment.docker_image,
+        has_dockerfile=has_dockerfile,
+        has_solution=task.paths.discovered_solve_path is not None,
+        agent_timeout_sec=config.agent.timeout_sec,
+        verifier_timeout_sec=config.verifier.timeout_sec,
+        difficulty=_difficulty(metadata.get("difficulty"), config_path),
+        pass_rate=_pass_rate(metadata.get("pass_rate"), config_path),
+        cpus=config.environment.cpus,
+        memory_mb=config.environment.memory_mb,
+    )
+
+
+def discover_tasks(root: str | Path) -> list[TaskInfo]:
+    """Every task under `root` (itself a task, or a tree of task directories), sorted by id."""
+    root_path = Path(root).expanduser().resolve()
+    if not root_path.is_dir():
+        raise UserError(f"tasks directory {root_path} does not exist", fix="check the path")
+    if (root_path / TASK_CONFIG).is_file():
+        return [load_task(root_path)]
+    tasks = [load_task(cfg.parent) for cfg in sorted(root_path.rglob(TASK_CONFIG))
+             if not _is_nested_in_task(cfg.parent, root_path)]
+    if not tasks:
+        raise UserError(f"no task directories (with {TASK_CONFIG}) under {root_path}",
+                        fix="point at a directory of harbor tasks, e.g. examples/tasks")
+    seen: dict[str, Path] = {}
+    for task in tasks:
+        if task.task_id in seen:
+            raise UserError(f"task id {task.task_id!r} is used twice: {seen[task.task_id]} and {task.path}",
+                            key="task.name", fix="give each task a unique [task].name")
+        seen[task.task_id] = task.path
+    return sorted(tasks, key=lambda t: t.task_id)
+
+
+def _is_nested_in_task(task_dir: Path, root: Path) -> bool:
+    """A task.toml inside another task (e.g. a fixture under tests/) is not a task of its own."""
+    return any((parent / TASK_CONFIG).is_file() for parent in task_dir.parents if parent.is_relative_to(root)
+               and parent != task_dir)
+
+
+def _difficulty(value: object, config_path: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"metadata.difficulty must be a label, got {value!r}", key="metadata.difficulty",
+                        file=str(config_path), fix=f"use one of {', '.join(DIFFICULTY_LABELS)}")
+    return value.strip().lower()
+
+
+def _pass_rate(value: object, config_path: Path) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise UserError(f"metadata.pass_rate must be a number in [0, 1], got {value!r}",
+                        key="metadata.pass_rate", file=str(config_path), fix="e.g. pass_rate = 0.25")
+    return float(value)
