@@ -117,6 +117,9 @@ def parse_value(raw: str, path: str, lineno: int, key: str) -> tuple[str, bool] 
     value = re.split(r"\s+#", raw, maxsplit=1)[0].strip()
     if value.startswith("#"):
         value = ""
+    err = _check_unquoted_dollars(value, path, lineno, key)
+    if err:
+        return err
     for bad in ("'", '"'):
         if bad in value:
             return _error(f"stray {bad} inside an unquoted value", "quote the whole value", path, lineno, key)
@@ -126,8 +129,7 @@ def parse_value(raw: str, path: str, lineno: int, key: str) -> tuple[str, bool] 
         if bad in value:
             return _error(f"unquoted {bad!r} (shell syntax is not supported)",
                           "quote the value if the character is meant literally", path, lineno, key)
-    err = _check_unquoted_dollars(value, path, lineno, key)
-    return err if err else (re.sub(r"\\([\\$`])", r"\1", value), False)
+    return re.sub(r"\\([\\$`])", r"\1", value), False
 
 
 def parse_env_text(text: str, path: str) -> EnvFile:

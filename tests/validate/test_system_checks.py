@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from rlkit.validate.findings import Status
+from rlkit.validate.system import checkpoint_bytes
+from tests.validate.helpers import FakeDockerDaemon
+
+
+def only(report, check: str):  # noqa: ANN001, ANN201
+    return report.by_check(check)
+
+
+def test_artifacts_fresh_resume_and_clobber(ws) -> None:  # noqa: ANN001
+    (f,) = only(ws.preflight(ws.config(), only=["artifacts"]), "artifacts")
+    assert f.status is Status.OK and "fresh run" in f.message
+    out = ws.root / "out"
+    ckpt = out / "checkpoints" / "proj" / "exp"
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("30")
+    (f,) = only(ws.preflight(ws.config(), only=["artifacts"]), "artifacts")
+    assert f.status is Status.OK and f.message.startswith("resume") and "global_step_30" in f.message
+    (f,) = only(ws.preflight(ws.config(RESUME_MODE="disable"), only=["artifacts"]), "artifacts")
+    assert f.status is Status.WARN and f.message.startswith("clobber")
+    (out / "logs").mkdir()
+    (out / "logs" / "other.log").write_text("")
+    (out / "logs" / "exp2.log").write_text("step:1\n")
+    (f,) = only(ws.preflight(ws.config(EXP_NAME="exp2"), only=["artifacts"]), "artifacts")
+    assert f.status is Status.WARN and "logs/exp2.log" in f.message and "new EXP_NAME" in f.fix
+
+
+def test_docker_backend_unreachable_then_reachable(ws) -> None:  # noqa: ANN001
+    (f,) = only(ws.preflight(ws.config(), only=["backend"]), "backend")
+    assert f.status is Status.FATAL and "docker daemon not reachable" in f.message and "dockerd" in f.fix
+    sock = ws.root / "d.sock"
+    ws.write_site(DOCKER_HOST=f"unix://{sock}")
+    with FakeDockerDaemon(sock):
+        (f,) = only(ws.preflight(ws.config(), only=["backend"]), "backend")
+    assert f.status is Status.OK
+
+
+def test_k8s_backend_without_kubeconfig_is_fatal(ws) -> None:  # noqa: ANN001
+    ws.write_site(KUBECONFIG=ws.root / "missing-kubeconfig")
+    (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
+    assert f.status is Status.FATAL and "kube config" in f.message and f.key == "KUBECONFIG"
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(f"""apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{{name: c, context: {{cluster: k, user: u}}}}]
+clusters: [{{name: k, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{}}}}]
+""")
+    return path
+
+
+def test_k8s_backend_reachable_and_namespace(ws) -> None:  # noqa: ANN001
+    with socket.socket() as listener:  # stands in for an API server: only the TCP connect is tested
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        ws.write_site(KUBECONFIG=_kubeconfig(ws.root / "kc", f"https://127.0.0.1:{port}"), K8S_NAMESPACE="rl")
+        (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
+        assert f.status is Status.OK and "namespace rl" in f.message
+        ws.write_site(K8S_NAMESPACE="Bad_NS")
+        (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
+        assert f.status is Status.FATAL and f.key == "K8S_NAMESPACE"
+    ws.write_site(K8S_NAMESPACE="rl")
+    (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
+    assert f.status is Status.FATAL and "unreachable" in f.message
+
+
+def test_ports_free_and_busy(ws) -> None:  # noqa: ANN001
+    (f,) = only(ws.preflight(ws.config(), only=["ports"]), "ports")
+    assert f.status is Status.OK and "RAY_PORT" in f.message  # this node is the head: Ray's port too
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        ws.write_site(PROXY_PORT=busy)
+        found = only(ws.preflight(ws.config(), only=["ports"]), "ports")
+    assert [(x.status, x.key) for x in found] == [(Status.FATAL, "PROXY_PORT")]
+    assert "cleanup_before_run.sh" in found[0].fix
+
+
+def test_ray_port_is_only_checked_on_the_head(ws) -> None:  # noqa: ANN001
+    ws.write_site(RAY_HEAD_ADDRESS="192.0.2.77")  # TEST-NET address: never local
+    (f,) = only(ws.preflight(ws.config(), only=["ports"]), "ports")
+    assert "RAY_PORT" not in f.message
+
+
+def test_disk_estimate_and_verdicts(ws, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    assert checkpoint_bytes(2 * 10**9, {"torch_dtype": "bfloat16"}) == 10**9 * 12 + 2 * 10**9
+    (f,) = only(ws.preflight(ws.config(), only=["disk"]), "disk")
+    assert f.status is Status.OK and "per checkpoint" in f.message
+    import shutil
+
+    from rlkit.validate import system
+
+    monkeypatch.setattr(system.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 1024))
+    (f,) = only(ws.preflight(ws.config(), only=["disk"]), "disk")
+    assert f.status is Status.FATAL and f.key == "OUTPUT_DIR"
