@@ -1,0 +1,54 @@
+"""A scripted stand-in for vLLM's /v1/completions, for unit tests of the proxy.
+
+It answers with token ids chosen by the test and records every request body, so
+tests can check exactly which prompt ids and sampling params the proxy sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+Reply = Callable[[list[int], dict[str, Any]], list[int]]
+
+
+class FakeVllm:
+    def __init__(self, reply: Reply, *, model: str = "tiny", max_model_len: int = 8192,
+                 finish_reason: str = "stop") -> None:
+        self.reply = reply
+        self.model = model
+        self.max_model_len = max_model_len
+        self.finish_reason = finish_reason
+        self.requests: list[dict[str, Any]] = []
+        self.base_url = ""
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        ids = self.reply(body["prompt"], body)
+        choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": self.finish_reason,
+                  "logprobs": {"token_logprobs": [-0.5 - 0.01 * i for i in range(len(ids))]}}
+        return web.Response(body=orjson.dumps({"choices": [choice], "prompt_token_ids": body["prompt"]}),
+                            content_type="application/json")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": self.model, "max_model_len": self.max_model_len}]})
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[FakeVllm]:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            yield self
+        finally:
+            await runner.cleanup()

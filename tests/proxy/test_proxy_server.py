@@ -1,0 +1,296 @@
+"""The proxy over HTTP against a scripted upstream: formats, recording, errors, routing, hygiene."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from rlkit.proxy import ProxyConfig, ProxyServer, session_for_api_key
+from tests.proxy._fake_vllm import FakeVllm
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
+                                           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
+                                                          "required": ["cmd"]}}}]
+ANTHROPIC_TOOLS = [{"name": "bash", "description": "run a command",
+                    "input_schema": TOOLS[0]["function"]["parameters"]}]
+QWEN_CALL = "<tool_call>\n<function=bash>\n<parameter=cmd>\nls -la\n</parameter>\n</function>\n</tool_call>"
+HERMES_CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls -la"}}\n</tool_call>'
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@contextlib.asynccontextmanager
+async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstreams: int = 1,
+                   parser: str = "qwen3_coder", max_model_len: int = 8192,
+                   finish_reason: str = "stop", served_len: int | None = None) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
+    """A proxy on a free port in front of scripted upstreams that answer `replies` in turn (+ end-of-turn)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    queue = list(replies or ["ok"])
+
+    def reply(prompt: list[int], body: dict[str, Any]) -> list[int]:
+        text = queue.pop(0) if len(queue) > 1 else queue[0]
+        ids = tok.encode(text, add_special_tokens=False)
+        return ids if finish_reason == "length" else ids + [tok.eos_token_id]
+
+    fakes = [FakeVllm(reply, max_model_len=served_len or max_model_len, finish_reason=finish_reason) for _ in range(upstreams)]
+    async with contextlib.AsyncExitStack() as stack:
+        for fake in fakes:
+            await stack.enter_async_context(fake.running())
+        config = ProxyConfig(model_path=str(model_dir), upstreams=[f.base_url for f in fakes], port=0,
+                             served_model_name="tiny", tool_call_parser=parser, max_model_len=max_model_len)
+        async with ProxyServer(config) as proxy:
+            yield proxy, fakes
+
+
+def sse_data(text: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line[6:]) for line in text.splitlines()
+            if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def test_openai_tool_call_then_tool_result_is_one_segment(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, [QWEN_CALL, "done"]) as (proxy, [fake]):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("t1")) as client:
+                messages: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
+                first = (await client.post("/chat/completions", json={"model": "m", "messages": messages,
+                                                                       "tools": TOOLS})).json()
+                choice = first["choices"][0]
+                assert choice["finish_reason"] == "tool_calls"
+                [tc] = choice["message"]["tool_calls"]
+                assert tc["function"]["name"] == "bash"
+                assert orjson.loads(tc["function"]["arguments"]) == {"cmd": "ls -la"}
+                messages += [choice["message"], {"role": "tool", "tool_call_id": tc["id"], "content": "a.txt"}]
+                second = (await client.post("/chat/completions", json={"model": "m", "messages": messages,
+                                                                        "tools": TOOLS})).json()
+                assert second["choices"][0]["message"]["content"] == "done"
+            # The second prompt sent to vLLM is the first prompt + the sampled ids + the new turn, verbatim.
+            p0, p1 = fake.requests[0]["prompt"], fake.requests[1]["prompt"]
+            traj = proxy.trajectory("t1")
+            c0 = traj["calls"][0]
+            assert p1[:len(p0) + len(c0["completion_ids"])] == p0 + c0["completion_ids"]
+            assert traj["num_segments"] == 1 and traj["num_breaks"] == 0
+            [seg] = traj["segments"]
+            n0, n1 = len(c0["completion_ids"]), len(traj["calls"][1]["completion_ids"])
+            inserted = len(p1) - len(p0) - n0
+            assert seg["prompt_ids"] == p0
+            assert seg["response_mask"] == [1] * n0 + [0] * inserted + [1] * n1
+            assert seg["response_logprobs"][n0:n0 + inserted] == [0.0] * inserted
+            assert traj["calls"][0]["tool_calls"][0]["name"] == "bash"
+    run(body())
+
+
+def test_openai_streaming_format(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, [QWEN_CALL]) as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("s")) as client:
+                resp = await client.post("/chat/completions", json={
+                    "model": "m", "stream": True, "stream_options": {"include_usage": True},
+                    "messages": [{"role": "user", "content": "go"}], "tools": TOOLS})
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.text.rstrip().endswith("data: [DONE]")
+        chunks = sse_data(resp.text)
+        assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        deltas = [d for c in chunks for ch in c["choices"] for d in ch["delta"].get("tool_calls", [])]
+        assert deltas[0]["id"].startswith("call_") and deltas[0]["function"]["name"] == "bash"
+        args = "".join(d["function"].get("arguments", "") for d in deltas if d["index"] == 0)
+        assert orjson.loads(args) == {"cmd": "ls -la"}
+        finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+        assert finishes == ["tool_calls"]
+        assert chunks[-1]["usage"]["completion_tokens"] > 0
+    run(body())
+
+
+def test_anthropic_messages_tool_use_and_streaming(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, [QWEN_CALL, "all done"]) as (proxy, [fake]):
+            async with httpx.AsyncClient(base_url=proxy.anthropic_base_url("cc")) as client:
+                request: dict[str, Any] = {
+                    "model": "claude-x", "max_tokens": 64, "tools": ANTHROPIC_TOOLS,
+                    "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=1.0.1; a=b"},
+                               {"type": "text", "text": "You are helpful."}],
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "list"}]}]}
+                first = (await client.post("/v1/messages?beta=true", json=request)).json()
+                assert first["type"] == "message" and first["stop_reason"] == "tool_use"
+                [use] = first["content"]
+                assert use["type"] == "tool_use" and use["name"] == "bash" and use["input"] == {"cmd": "ls -la"}
+                assert use["id"].startswith("toolu_")
+                # Claude Code changes the billing header every call; it must not break the prefix.
+                request["system"][0]["text"] = "x-anthropic-billing-header: cc_version=1.0.1; a=c"
+                request["messages"] += [
+                    {"role": "assistant", "content": first["content"]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"],
+                                                  "content": "a.txt"}]}]
+                resp = await client.post("/v1/messages", json={**request, "stream": True})
+                counted = (await client.post("/v1/messages/count_tokens", json=request)).json()
+        events = re.findall(r"^event: (\S+)$", resp.text, flags=re.MULTILINE)
+        assert events == ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                          "message_delta", "message_stop"]
+        data = sse_data(resp.text)
+        assert data[2]["delta"] == {"type": "text_delta", "text": "all done"}
+        assert data[4]["delta"]["stop_reason"] == "end_turn"
+        assert counted["input_tokens"] > 0
+        traj = proxy.trajectory("cc")
+        assert traj["num_segments"] == 1 and traj["num_breaks"] == 0
+        sent = proxy.core.renderer.decode(fake.requests[0]["prompt"])
+        assert "billing-header" not in sent and "You are helpful." in sent
+    run(body())
+
+
+def test_parser_mismatch_is_recorded_as_parse_failure(tiny_hermes_model_dir: Path) -> None:
+    """A hermes-template model served with TOOL_CALL_PARSER=qwen3_coder: calls are not understood."""
+    async def body() -> None:
+        async with proxy_on(tiny_hermes_model_dir, [HERMES_CALL], parser="qwen3_coder") as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("mm")) as client:
+                resp = (await client.post("/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": "go"}], "tools": TOOLS})).json()
+        choice = resp["choices"][0]
+        assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
+        assert "<tool_call>" in choice["message"]["content"]
+        traj = proxy.trajectory("mm")
+        assert traj["parse_failures"] == 1 and traj["calls"][0]["parse_failure"] is True
+        assert traj["segments"][0]["flags"]["parse_failures"] == 1
+    run(body())
+
+
+def test_matching_parser_parses_hermes_calls(tiny_hermes_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_hermes_model_dir, [HERMES_CALL], parser="hermes") as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("h")) as client:
+                resp = (await client.post("/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": "go"}], "tools": TOOLS})).json()
+        assert resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+        assert proxy.trajectory("h")["parse_failures"] == 0
+    run(body())
+
+
+def test_context_overflow_is_an_api_error_and_a_session_reason(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, max_model_len=64) as (proxy, [fake]):
+            long = [{"role": "user", "content": "word " * 200}]
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                oa = await client.post("/s/ctx/v1/chat/completions", json={"model": "m", "messages": long})
+                an = await client.post("/s/ctx2/v1/messages", json={"model": "m", "max_tokens": 5,
+                                                                     "messages": long})
+        assert oa.status_code == 400 and oa.json()["error"]["code"] == "context_length_exceeded"
+        assert an.status_code == 400 and an.json()["error"]["type"] == "invalid_request_error"
+        assert "prompt is too long" in an.json()["error"]["message"]
+        assert fake.requests == []  # never sent upstream
+        assert proxy.trajectory("ctx")["reasons"] == ["context_exceeded"]
+        assert proxy.trajectory("ctx2")["reasons"] == ["context_exceeded"]
+    run(body())
+
+
+def test_max_tokens_is_capped_to_the_room_left(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, max_model_len=100) as (proxy, [fake]):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("cap")) as client:
+                await client.post("/chat/completions", json={
+                    "model": "m", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]})
+        sent = fake.requests[0]
+        assert sent["max_tokens"] == 100 - len(sent["prompt"])
+    run(body())
+
+
+def test_session_sampling_overrides_win_and_extras_pass_through(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir) as (proxy, [fake]):
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                set_resp = await client.post("/s/o/sampling", json={"temperature": 1.0,
+                                                                   "structured_outputs": {"regex": "ok"}})
+                assert set_resp.json()["sampling_overrides"]["temperature"] == 1.0
+                await client.post("/s/o/v1/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2,
+                    "top_k": 5, "unknown_field": 1})
+        sent = fake.requests[0]
+        assert sent["temperature"] == 1.0 and sent["structured_outputs"] == {"regex": "ok"}
+        assert sent["top_k"] == 5 and "unknown_field" not in sent
+        assert sent["return_token_ids"] is True and sent["logprobs"] == 0
+    run(body())
+
+
+def test_rewritten_history_opens_a_new_segment(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, ["one", "two"]) as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("b")) as client:
+                msgs = [{"role": "user", "content": "first"}]
+                r = (await client.post("/chat/completions", json={"model": "m", "messages": msgs})).json()
+                msgs = [{"role": "user", "content": "first (compacted)"}, r["choices"][0]["message"],
+                        {"role": "user", "content": "again"}]
+                await client.post("/chat/completions", json={"model": "m", "messages": msgs})
+        traj = proxy.trajectory("b")
+        assert traj["num_segments"] == 2 and traj["num_breaks"] == 1
+    run(body())
+
+
+def test_sessions_stick_to_a_replica_and_new_ones_spread(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, upstreams=2) as (proxy, fakes):
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                for _ in range(3):
+                    for sid in ("a", "b", "c", "d"):
+                        await client.post(f"/s/{sid}/v1/chat/completions", json={
+                            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            used = {sid: {c["upstream"] for c in proxy.trajectory(sid)["calls"]} for sid in "abcd"}
+            assert all(len(u) == 1 for u in used.values())  # sticky
+            assert len(fakes[0].requests) == len(fakes[1].requests) == 6  # balanced
+            proxy.close_session("a")
+            assert "a" not in proxy.core.router.assignment
+    run(body())
+
+
+def test_api_keys_become_sessions_and_are_never_logged(tiny_model_dir: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    secret = "sk-ant-SECRET-0123456789abcdef"
+    caplog.set_level(logging.DEBUG)
+
+    async def body() -> dict[str, Any]:
+        async with proxy_on(tiny_model_dir) as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                await client.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                                  json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                await client.post("/v1/messages", headers={"x-api-key": secret},
+                                  json={"model": "m", "max_tokens": 4,
+                                        "messages": [{"role": "user", "content": "hi"}]})
+                listed = (await client.get("/sessions")).text
+            return {"traj": proxy.trajectory(session_for_api_key(secret)), "listed": listed}
+
+    out = run(body())
+    assert out["traj"]["num_calls"] == 2
+    everything = orjson.dumps(out).decode() + caplog.text
+    assert secret not in everything and secret[-12:] not in everything
+    assert session_for_api_key(secret) in out["listed"]
+
+
+def test_models_and_health_endpoints(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir) as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                models = (await client.get("/s/x/v1/models")).json()
+                plain = (await client.get("/v1/models")).json()
+                health = (await client.get("/health")).json()
+                missing = await client.get("/s/nope/trajectory")
+        assert models["data"][0]["id"] == "tiny" and plain == models
+        assert health["status"] == "ok"
+        assert missing.status_code == 404
+    run(body())
+
+
+def test_window_is_clamped_to_what_vllm_serves(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, max_model_len=8192, served_len=2048) as (proxy, _):
+            assert proxy.core.config.max_model_len == 2048
+    run(body())
