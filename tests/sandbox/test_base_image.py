@@ -1,0 +1,50 @@
+"""The offline base image: recipe hashing, mirror discovery, cached build."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlkit.sandbox.base_image import RECIPE_LABEL, BaseImageRecipe, ensure_base_image, host_debian_mirror
+
+
+def test_recipe_digest_tracks_contents_not_order() -> None:
+    base = BaseImageRecipe()
+    assert base.digest() == BaseImageRecipe(packages=tuple(reversed(base.packages))).digest()
+    assert base.digest() != BaseImageRecipe(packages=(*base.packages, "vim")).digest()
+    assert base.digest() != BaseImageRecipe(suite="trixie").digest()
+    assert base.hashed_tag() == f"rlkit/base:bookworm-{base.digest()}"
+    for needed in ("python3", "python3-pytest", "git", "tmux", "procps", "ca-certificates", "curl", "bash", "tar"):
+        assert needed in base.packages
+
+
+def test_mirror_from_deb822_and_one_line_sources(tmp_path: Path) -> None:
+    deb822 = tmp_path / "a"
+    (deb822 / "sources.list.d").mkdir(parents=True)
+    (deb822 / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n")
+    assert host_debian_mirror("bookworm", roots=(deb822,)) == "http://mirror.example/debian"
+    one_line = tmp_path / "b"
+    one_line.mkdir()
+    (one_line / "sources.list").write_text("# x\ndeb [arch=amd64] http://ftp.example/debian bookworm main\n")
+    assert host_debian_mirror("bookworm", roots=(one_line,)) == "http://ftp.example/debian"
+    assert host_debian_mirror("bookworm", roots=(tmp_path / "none",)) == "http://deb.debian.org/debian"
+
+
+@pytest.mark.docker
+def test_base_image_is_labelled_cached_and_has_the_tools(base_image: str, docker_api) -> None:
+    recipe = BaseImageRecipe()
+    labels = docker_api.inspect_image(base_image)["Config"]["Labels"]
+    assert labels[RECIPE_LABEL] == recipe.digest()
+    lines: list[str] = []
+    assert ensure_base_image(log=lines.append) == base_image
+    assert lines == [f"✓ {base_image} is up to date (recipe {recipe.digest()})"]
+    out = subprocess.run(["docker", "run", "--rm", "--network", "none", base_image, "bash", "-c",
+                          "python3 -m pytest --version && git --version && tmux -V && ps --version && tar --version"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "pytest" in (out.stdout + out.stderr) and "tmux" in out.stdout

@@ -1,0 +1,100 @@
+"""Task image naming, discovery (dirs and parquet index) and building."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rlkit.errors import UserError
+from rlkit.sandbox.images import build_task_images, discover_tasks, read_task_spec, task_image_ref
+from tests.sandbox._helpers import write_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_task_image_ref_naming() -> None:
+    assert task_image_ref("calc") == "rlkit-task/calc:latest"
+    assert task_image_ref("Django__Issue#123", registry="reg.io:5000/team/") == \
+        "reg.io:5000/team/rlkit-task/django__issue-123:latest"
+    assert task_image_ref("calc", variant="ohsdk") == "rlkit-task/calc:ohsdk"
+    with pytest.raises(UserError):
+        task_image_ref("###")
+
+
+def test_discover_tasks_from_dirs(tmp_path: Path) -> None:
+    write_task(tmp_path, "b-task")
+    write_task(tmp_path, "a-task", task_toml='[environment]\ndocker_image = "python:3.12"\n')
+    named = write_task(tmp_path, "c-dir")
+    (named / "task.toml").write_text('version = "1.0"\n[task]\nname = "org/c-named"\n')
+    (tmp_path / "not-a-task").mkdir()
+    specs = discover_tasks(tmp_path)
+    assert [(s.task_id, s.prebuilt) for s in specs] == [("a-task", "python:3.12"), ("b-task", None),
+                                                        ("c-named", None)]
+    assert specs[1].dockerfile == tmp_path / "b-task" / "environment" / "Dockerfile"
+    assert [s.task_id for s in discover_tasks(tmp_path / "b-task")] == ["b-task"]
+    with pytest.raises(UserError, match="no task directories"):
+        discover_tasks(tmp_path / "not-a-task")
+    with pytest.raises(UserError, match="does not exist"):
+        discover_tasks(tmp_path / "missing")
+
+
+def test_discover_tasks_from_parquet_index(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_task(tmp_path / "tasks", "calc")
+    pq.write_table(pa.table({"task_id": ["calc-1", "remote"], "task_source": ["tasks/calc", "https://x/y.git"]}),
+                   tmp_path / "train.parquet")
+    specs = discover_tasks(tmp_path / "train.parquet")
+    assert [(s.task_id, s.task_dir) for s in specs] == [("calc-1", (tmp_path / "tasks" / "calc").resolve()),
+                                                        ("remote", None)]
+
+
+def test_bad_task_toml_is_a_user_error(tmp_path: Path) -> None:
+    task = write_task(tmp_path, "broken")
+    (task / "task.toml").write_text("[task\n")
+    with pytest.raises(UserError, match="cannot parse"):
+        read_task_spec(task)
+
+
+@pytest.mark.docker
+def test_build_task_images_builds_then_caches(tmp_path: Path, base_image: str, docker_api) -> None:
+    name = f"rlkit-test-build-{uuid.uuid4().hex[:6]}"
+    write_task(tmp_path, name)
+    write_task(tmp_path, "prebuilt", task_toml='[environment]\ndocker_image = "somewhere/else:1"\n')
+    broken = write_task(tmp_path, "zz-broken", dockerfile="FROM rlkit/base:bookworm\nRUN exit 7\n")
+    seen: list[tuple[int, int]] = []
+    try:
+        outcomes = build_task_images(discover_tasks(tmp_path), progress=lambda d, t, _label: seen.append((d, t)))
+        assert [(o.task_id, o.status) for o in outcomes] == [("prebuilt", "prebuilt"), (name, "built"),
+                                                             (broken.name, "failed")]
+        assert "exit 7" in outcomes[2].detail or "non-zero code" in outcomes[2].detail
+        assert seen[-1] == (3, 3)
+        labels = docker_api.inspect_image(task_image_ref(name))["Config"]["Labels"]
+        assert labels["rlkit.task"] == name
+        again = build_task_images(discover_tasks(tmp_path / name))
+        assert [o.status for o in again] == ["cached"]
+    finally:
+        subprocess.run(["docker", "rmi", "-f", task_image_ref(name)], capture_output=True, check=False)
+
+
+@pytest.mark.docker
+def test_images_cli_build(tmp_path: Path, base_image: str) -> None:
+    name = f"rlkit-test-cli-{uuid.uuid4().hex[:6]}"
+    write_task(tmp_path, name)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "build", str(tmp_path), "--no-base"],
+                              cwd=ROOT, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert f"✓ {name}  built" in proc.stdout and "1/1 images ready" in proc.stdout
+        assert "1/1" in proc.stderr  # the progress bar
+        push = subprocess.run([sys.executable, "-m", "rlkit", "images", "build", str(tmp_path), "--push"],
+                              cwd=ROOT, capture_output=True, text=True, check=False,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        assert push.returncode == 2 and "✗ FATAL" in push.stderr and "REGISTRY" in push.stderr
+    finally:
+        subprocess.run(["docker", "rmi", "-f", task_image_ref(name)], capture_output=True, check=False)
