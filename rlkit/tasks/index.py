@@ -74,7 +74,8 @@ def image_ref_for(task: TaskInfo, registry: str | None = None) -> str:
         return task.docker_image
     from rlkit.sandbox.images import task_image_ref
 
-    return task_image_ref(task.task_id, registry=registry)
+    # images are named by the short task name (harbor's environment_name), as the sandbox does
+    return task_image_ref(task.task_id.split("/")[-1], registry=registry)
 
 
 def row_for_task(task: TaskInfo, split: Split, registry: str | None = None,
