@@ -6,6 +6,7 @@ import socket
 import socketserver
 import threading
 from pathlib import Path
+from typing import Self
 
 from rlkit.tasks.schema import REQUIRED_COLUMNS
 
@@ -72,7 +73,7 @@ class Workspace:
     def environ(self, **extra: str) -> dict[str, str]:
         return {"RLKIT_SITE_ENV": str(self.site), "RLKIT_CACHE_DIR": str(self.cache), **extra}
 
-    def preflight(self, config: Path, only: list[str] | None = None, **kw):  # noqa: ANN003, ANN201
+    def preflight(self, config: Path, only: list[str] | None = None, **kw):
         from rlkit.validate.preflight import run_preflight
 
         kw.setdefault("environ", self.environ())
@@ -92,7 +93,7 @@ class FakeDockerDaemon:
         self.server = socketserver.UnixStreamServer(str(path), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> FakeDockerDaemon:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

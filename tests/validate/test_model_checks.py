@@ -20,11 +20,11 @@ def fake_model(root: Path, *, config: dict | None = None, tokenizer: bool = True
     return root
 
 
-def kinds(report, check: str) -> list[Status]:  # noqa: ANN001
+def kinds(report, check: str) -> list[Status]:
     return [f.status for f in report.by_check(check)]
 
 
-def test_tiny_model_passes(ws) -> None:  # noqa: ANN001
+def test_tiny_model_passes(ws) -> None:
     report = ws.preflight(ws.config(), only=["model_dir", "context_length", "model_engine"])
     assert [f.status for f in report.findings] == [Status.OK] * 3, report.render(block=False)
 
@@ -33,7 +33,7 @@ def test_tiny_model_passes(ws) -> None:  # noqa: ANN001
     ("missing", "does not exist"), ("file", "not a directory"), ("no_config", "no config.json"),
     ("no_tokenizer", "no tokenizer"), ("no_template", "no chat template"),
 ])
-def test_model_dir_fatal(ws, tmp_path: Path, kind: str, needle: str) -> None:  # noqa: ANN001
+def test_model_dir_fatal(ws, tmp_path: Path, kind: str, needle: str) -> None:
     path = tmp_path / "m"
     if kind == "file":
         path.write_text("x")
@@ -48,7 +48,7 @@ def test_model_dir_fatal(ws, tmp_path: Path, kind: str, needle: str) -> None:  #
     assert len(fatal) == 1 and needle in fatal[0].message and fatal[0].fix and fatal[0].key == "MODEL_PATH"
 
 
-def test_context_length(ws) -> None:  # noqa: ANN001
+def test_context_length(ws) -> None:
     report = ws.preflight(ws.config(MAX_PROMPT=30000, MAX_RESP=170000), only=["context_length"])
     (finding,) = report.by_check("context_length")
     assert finding.status is Status.FATAL and "40960" in finding.message and "MAX_RESP to 10960" in finding.fix
@@ -63,13 +63,13 @@ def test_context_length(ws) -> None:  # noqa: ANN001
     ({"model_type": "qwen3", "max_position_embeddings": 8192}, "veomni", Status.WARN),
     ({"model_type": "qwen3", "max_position_embeddings": 8192}, "fsdp", Status.OK),
 ])
-def test_model_engine_against_moe(ws, tmp_path: Path, config: dict, engine: str, status: Status) -> None:  # noqa: ANN001
+def test_model_engine_against_moe(ws, tmp_path: Path, config: dict, engine: str, status: Status) -> None:
     model = fake_model(tmp_path / "m", config=config)
     report = ws.preflight(ws.config(MODEL_PATH=model, MODEL_ENGINE=engine), only=["model_engine"])
     assert kinds(report, "model_engine") == [status]
 
 
-def test_data_files_pass_and_fail(ws, tmp_path: Path) -> None:  # noqa: ANN001
+def test_data_files_pass_and_fail(ws, tmp_path: Path) -> None:
     from tests.validate.helpers import write_index
 
     assert kinds(ws.preflight(ws.config(), only=["data_files"]), "data_files") == [Status.OK, Status.OK]

@@ -7,18 +7,18 @@ import pytest
 from rlkit.validate.findings import Status
 
 
-def statuses(report, check: str) -> set[Status]:  # noqa: ANN001
+def statuses(report, check: str) -> set[Status]:
     return {f.status for f in report.by_check(check)}
 
 
-def test_valid_config_passes_every_static_check(ws) -> None:  # noqa: ANN001
+def test_valid_config_passes_every_static_check(ws) -> None:
     report = ws.preflight(ws.config(), only=["config_syntax", "changeme", "unknown_key", "key_layer", "types",
                                              "names", "topology", "parallelism", "batch"])
     assert [f for f in report.findings if f.status is not Status.OK] == []
     assert len(report.findings) == 9
 
 
-def test_changeme_is_fatal_per_key(ws) -> None:  # noqa: ANN001
+def test_changeme_is_fatal_per_key(ws) -> None:
     report = ws.preflight(ws.config(MODEL_PATH="CHANGEME", TRAIN_BSZ="CHANGEME"), only=["changeme", "types"])
     fatal = report.by_check("changeme")
     assert {f.key for f in fatal} == {"MODEL_PATH", "TRAIN_BSZ"} and all(f.status is Status.FATAL for f in fatal)
@@ -26,7 +26,7 @@ def test_changeme_is_fatal_per_key(ws) -> None:  # noqa: ANN001
     assert statuses(report, "types") == {Status.OK}  # CHANGEME is reported once, not as a type error too
 
 
-def test_template_is_caught_until_filled(ws) -> None:  # noqa: ANN001
+def test_template_is_caught_until_filled(ws) -> None:
     from pathlib import Path
 
     template = Path(__file__).resolve().parents[2] / "scripts" / "train" / "_template.env"
@@ -36,13 +36,13 @@ def test_template_is_caught_until_filled(ws) -> None:  # noqa: ANN001
     assert statuses(report, "unknown_key") == {Status.OK} and statuses(report, "types") == {Status.OK}
 
 
-def test_unknown_key_suggests_the_right_one(ws) -> None:  # noqa: ANN001
+def test_unknown_key_suggests_the_right_one(ws) -> None:
     report = ws.preflight(ws.config(TRAIN_BZS=4, tool_call_parser="hermes"), only=["unknown_key"])
     fixes = {f.key: f.fix for f in report.by_check("unknown_key")}
     assert fixes == {"TRAIN_BZS": "did you mean TRAIN_BSZ?", "tool_call_parser": "did you mean TOOL_CALL_PARSER?"}
 
 
-def test_key_in_the_wrong_layer_warns(ws) -> None:  # noqa: ANN001
+def test_key_in_the_wrong_layer_warns(ws) -> None:
     ws.write_site(PROJECT_NAME="site-project")
     report = ws.preflight(ws.config(RAY_PORT=7000), only=["key_layer"])
     found = {f.key: f for f in report.by_check("key_layer")}
@@ -51,23 +51,23 @@ def test_key_in_the_wrong_layer_warns(ws) -> None:  # noqa: ANN001
     assert found["RAY_PORT"].fix == "move it to site.env" and found["PROJECT_NAME"].fix == "move it to the run config"
 
 
-def test_process_switch_in_a_file_warns(ws) -> None:  # noqa: ANN001
+def test_process_switch_in_a_file_warns(ws) -> None:
     report = ws.preflight(ws.config(DRY_RUN=1), only=["key_layer"])
     assert [f.key for f in report.by_check("key_layer")] == ["DRY_RUN"]
 
 
-def test_config_syntax_reports_parse_errors(ws) -> None:  # noqa: ANN001
+def test_config_syntax_reports_parse_errors(ws) -> None:
     report = ws.preflight(ws.config(text=ws.config().read_text() + "BAD LINE\nA=$(x)\n"), only=["config_syntax"])
     assert [f.status for f in report.by_check("config_syntax")] == [Status.FATAL, Status.FATAL]
 
 
-def test_types(ws) -> None:  # noqa: ANN001
+def test_types(ws) -> None:
     report = ws.preflight(ws.config(N_RESP="eight", ALGORITHM="dpo"), only=["types"])
     assert {f.key for f in report.by_check("types")} == {"N_RESP", "ALGORITHM"}
 
 
 @pytest.mark.parametrize("name", ["../etc", "a b", "x/y", "", ".hidden"])
-def test_unsafe_names_are_fatal(ws, name: str) -> None:  # noqa: ANN001
+def test_unsafe_names_are_fatal(ws, name: str) -> None:
     value = f'"{name}"' if " " in name else name
     report = ws.preflight(ws.config(EXP_NAME=value), only=["names"])
     assert statuses(report, "names") == {Status.FATAL}
@@ -80,7 +80,7 @@ def test_unsafe_names_are_fatal(ws, name: str) -> None:  # noqa: ANN001
     ({"TRAINING_MODE": "async", "NNODES": 4, "N_NODES_TRAIN": 2, "N_NODES_ROLLOUT": 1}, "NNODES"),
     ({"VERL_TRAINER_MODE": "separate_async"}, "VERL_TRAINER_MODE"),
 ])
-def test_topology_fatal(ws, over: dict, key: str) -> None:  # noqa: ANN001
+def test_topology_fatal(ws, over: dict, key: str) -> None:
     report = ws.preflight(ws.config(**over), only=["topology"])
     assert [(f.status, f.key) for f in report.by_check("topology")] == [(Status.FATAL, key)]
 
@@ -90,11 +90,11 @@ def test_topology_fatal(ws, over: dict, key: str) -> None:  # noqa: ANN001
     {"TRAINING_MODE": "async", "NNODES": 1, "N_NODES_ROLLOUT": 0, "VERL_TRAINER_MODE": "colocate_async"},
     {"NNODES": 4, "N_NODES_TRAIN": 4},
 ])
-def test_topology_ok(ws, over: dict) -> None:  # noqa: ANN001
+def test_topology_ok(ws, over: dict) -> None:
     assert statuses(ws.preflight(ws.config(**over), only=["topology"]), "topology") == {Status.OK}
 
 
-def test_parallelism(ws) -> None:  # noqa: ANN001
+def test_parallelism(ws) -> None:
     ws.write_site(GPUS_PER_NODE=8)
     good = ws.preflight(ws.config(NNODES=2, N_NODES_TRAIN=2, SP_SIZE=16, ROLLOUT_TP=4), only=["parallelism"])
     assert statuses(good, "parallelism") == {Status.OK}
@@ -110,12 +110,12 @@ def test_parallelism(ws) -> None:  # noqa: ANN001
     ({"TRAINING_MODE": "async", "NNODES": 2, "N_NODES_ROLLOUT": 1, "TRAIN_BSZ": 8, "MINI_BSZ": 2}, "PARAM_SYNC_STEPS"),
     ({"TRAIN_BSZ": 0}, "TRAIN_BSZ"),
 ])
-def test_batch_fatal(ws, over: dict, key: str) -> None:  # noqa: ANN001
+def test_batch_fatal(ws, over: dict, key: str) -> None:
     report = ws.preflight(ws.config(**over), only=["batch"])
     assert (Status.FATAL, key) in [(f.status, f.key) for f in report.by_check("batch")]
 
 
-def test_batch_ok_for_async_with_param_sync(ws) -> None:  # noqa: ANN001
+def test_batch_ok_for_async_with_param_sync(ws) -> None:
     cfg = ws.config(TRAINING_MODE="async", NNODES=2, N_NODES_ROLLOUT=1, N_NODES_TRAIN=1, TRAIN_BSZ=8, MINI_BSZ=2,
                     PARAM_SYNC_STEPS=4)
     assert statuses(ws.preflight(cfg, only=["batch"]), "batch") == {Status.OK}

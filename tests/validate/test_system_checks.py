@@ -10,11 +10,11 @@ from rlkit.validate.system import checkpoint_bytes
 from tests.validate.helpers import FakeDockerDaemon
 
 
-def only(report, check: str):  # noqa: ANN001, ANN201
+def only(report, check: str):
     return report.by_check(check)
 
 
-def test_artifacts_fresh_resume_and_clobber(ws) -> None:  # noqa: ANN001
+def test_artifacts_fresh_resume_and_clobber(ws) -> None:
     (f,) = only(ws.preflight(ws.config(), only=["artifacts"]), "artifacts")
     assert f.status is Status.OK and "fresh run" in f.message
     out = ws.root / "out"
@@ -32,7 +32,7 @@ def test_artifacts_fresh_resume_and_clobber(ws) -> None:  # noqa: ANN001
     assert f.status is Status.WARN and "logs/exp2.log" in f.message and "new EXP_NAME" in f.fix
 
 
-def test_docker_backend_unreachable_then_reachable(ws) -> None:  # noqa: ANN001
+def test_docker_backend_unreachable_then_reachable(ws) -> None:
     (f,) = only(ws.preflight(ws.config(), only=["backend"]), "backend")
     assert f.status is Status.FATAL and "docker daemon not reachable" in f.message and "dockerd" in f.fix
     sock = ws.root / "d.sock"
@@ -42,7 +42,7 @@ def test_docker_backend_unreachable_then_reachable(ws) -> None:  # noqa: ANN001
     assert f.status is Status.OK
 
 
-def test_k8s_backend_without_kubeconfig_is_fatal(ws) -> None:  # noqa: ANN001
+def test_k8s_backend_without_kubeconfig_is_fatal(ws) -> None:
     ws.write_site(KUBECONFIG=ws.root / "missing-kubeconfig")
     (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
     assert f.status is Status.FATAL and "kube config" in f.message and f.key == "KUBECONFIG"
@@ -59,7 +59,7 @@ users: [{{name: u, user: {{}}}}]
     return path
 
 
-def test_k8s_backend_reachable_and_namespace(ws) -> None:  # noqa: ANN001
+def test_k8s_backend_reachable_and_namespace(ws) -> None:
     with socket.socket() as listener:  # stands in for an API server: only the TCP connect is tested
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -75,7 +75,7 @@ def test_k8s_backend_reachable_and_namespace(ws) -> None:  # noqa: ANN001
     assert f.status is Status.FATAL and "unreachable" in f.message
 
 
-def test_ports_free_and_busy(ws) -> None:  # noqa: ANN001
+def test_ports_free_and_busy(ws) -> None:
     (f,) = only(ws.preflight(ws.config(), only=["ports"]), "ports")
     assert f.status is Status.OK and "RAY_PORT" in f.message  # this node is the head: Ray's port too
     with socket.socket() as holder:
@@ -88,13 +88,13 @@ def test_ports_free_and_busy(ws) -> None:  # noqa: ANN001
     assert "cleanup_before_run.sh" in found[0].fix
 
 
-def test_ray_port_is_only_checked_on_the_head(ws) -> None:  # noqa: ANN001
+def test_ray_port_is_only_checked_on_the_head(ws) -> None:
     ws.write_site(RAY_HEAD_ADDRESS="192.0.2.77")  # TEST-NET address: never local
     (f,) = only(ws.preflight(ws.config(), only=["ports"]), "ports")
     assert "RAY_PORT" not in f.message
 
 
-def test_disk_estimate_and_verdicts(ws, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_disk_estimate_and_verdicts(ws, monkeypatch: pytest.MonkeyPatch) -> None:
     assert checkpoint_bytes(2 * 10**9, {"torch_dtype": "bfloat16"}) == 10**9 * 12 + 2 * 10**9
     (f,) = only(ws.preflight(ws.config(), only=["disk"]), "disk")
     assert f.status is Status.OK and "per checkpoint" in f.message

@@ -1,0 +1,63 @@
+"""TOOL_CALL_PARSER against the chat template: a real probe subprocess (transformers + verl)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlkit.validate.findings import Status
+from rlkit.validate.parser_probe import cache_key
+
+
+@pytest.fixture(scope="session")
+def probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the session, so each (template, parser) pair is probed once."""
+    return tmp_path_factory.mktemp("probe-cache")
+
+
+def never_spawn(argv: list[str]) -> str:
+    raise AssertionError(f"a warm preflight spawned the probe: {argv}")
+
+
+def test_matching_parser_passes_and_warm_run_spawns_nothing(ws, probe_cache: Path) -> None:
+    cfg = ws.config(TOOL_CALL_PARSER="qwen3_coder")
+    (first,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache).findings
+    assert first.status is Status.OK, first.render()
+    (warm,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache, probe_runner=never_spawn).findings
+    assert warm.status is Status.OK and "(cached)" in warm.message
+
+
+def test_mismatched_parser_is_fatal_and_names_the_right_one(ws, tiny_hermes_model_dir: Path,
+                                                           probe_cache: Path) -> None:
+    cfg = ws.config(MODEL_PATH=tiny_hermes_model_dir, TOOL_CALL_PARSER="qwen3_coder")
+    (finding,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache).findings
+    assert finding.status is Status.FATAL
+    assert "hermes does" in finding.message and finding.fix.startswith("set TOOL_CALL_PARSER=hermes")
+    assert finding.key == "TOOL_CALL_PARSER" and finding.where
+
+
+def test_cache_key_follows_template_parser_and_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = cache_key(tmp_path, "template-a", "hermes")
+    assert base == cache_key(tmp_path, "template-a", "hermes")
+    assert base != cache_key(tmp_path, "template-b", "hermes")
+    assert base != cache_key(tmp_path, "template-a", "qwen3_coder")
+    from rlkit.validate import parser_probe
+
+    monkeypatch.setattr(parser_probe, "_version", lambda dist: "9.9.9")
+    assert base != cache_key(tmp_path, "template-a", "hermes")
+
+
+def test_cached_verdict_is_used_without_a_probe(ws, tmp_path: Path) -> None:
+    import json
+
+    from rlkit.validate.model import read_chat_template
+
+    key = cache_key(ws.model_dir, read_chat_template(ws.model_dir) or "", "glm")
+    (tmp_path / "c" / "parser_probe").mkdir(parents=True)
+    (tmp_path / "c" / "parser_probe" / f"{key}.json").write_text(json.dumps(
+        {"parser": "glm", "ok": False, "detail": "found 0 tool call(s), expected 1", "parses": ["qwen3_coder"]}))
+    report = ws.preflight(ws.config(TOOL_CALL_PARSER="glm"), only=["tool_call_parser"], cache_dir=tmp_path / "c",
+                          probe_runner=never_spawn)
+    (finding,) = report.findings
+    assert finding.status is Status.FATAL and "TOOL_CALL_PARSER=qwen3_coder" in finding.fix
