@@ -12,6 +12,7 @@ import asyncio
 import io
 import re
 import tarfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,7 +36,8 @@ from rlkit.sandbox.timeouts import SandboxExecTimeout
 DockerNetwork = Literal["none", "bridge", "host"]
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
 # One build per image at a time in this process; concurrent trials of a task wait for it.
-_build_locks: dict[str, asyncio.Lock] = {}
+_build_locks: dict[str, threading.Lock] = {}
+_build_locks_guard = threading.Lock()
 
 
 class DockerOptions(EnvironmentOptions):
@@ -148,11 +150,16 @@ class DockerEnvironment(BaseEnvironment):
         self._container_name = self._new_container_name()
         host_config = api.create_host_config(**self.host_config_kwargs())
         env = self._startup_env()
+        creating = asyncio.ensure_future(run_blocking(
+            api.create_container, image, command=["sleep", "infinity"], name=self._container_name,
+            labels=self.labels(), environment=env or None, working_dir=self.task_env_config.workdir,
+            host_config=host_config, detach=True))
         try:
-            created = await run_blocking(
-                api.create_container, image, command=["sleep", "infinity"], name=self._container_name,
-                labels=self.labels(), environment=env or None, working_dir=self.task_env_config.workdir,
-                host_config=host_config, detach=True)
+            created = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Cancelled mid-create (harbor's start timeout): let the create finish, then remove it.
+            await asyncio.shield(self._discard(creating))
+            raise
         except Exception as exc:
             raise SandboxError(f"cannot create a container from {image}: {exc}", image=image) from exc
         self._container_id = created["Id"]
@@ -160,6 +167,9 @@ class DockerEnvironment(BaseEnvironment):
             # The trial's log dirs go in before start (no exec round trip, no race with the first exec).
             await run_blocking(api.put_archive, self._container_id, "/", self._log_dirs_tar())
             await run_blocking(api.start, self._container_id)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._remove_quietly())
+            raise
         except Exception as exc:
             await self._remove_quietly()
             raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
@@ -183,7 +193,7 @@ class DockerEnvironment(BaseEnvironment):
         return buf.getvalue()
 
     async def _ensure_image(self, image: str, force_build: bool) -> None:
-        from rlkit.sandbox.images import build_image, image_exists
+        from rlkit.sandbox.images import image_exists
 
         api = api_client()
         prebuilt = bool(self.opts.image or self.task_env_config.docker_image)
@@ -194,13 +204,19 @@ class DockerEnvironment(BaseEnvironment):
                 return
             raise SandboxError(f"image {image} is not present locally", image=image,
                                fix="build it with `rlkit images build` (no registry can be pulled from here)")
-        lock = _build_locks.setdefault(image, asyncio.Lock())
-        async with lock:
-            if not force_build and await run_blocking(image_exists, api, image):
+        await run_blocking(self._build_once, api, image, force_build)
+
+    def _build_once(self, api: Any, image: str, force_build: bool) -> None:
+        from rlkit.sandbox.images import build_image, image_exists
+
+        # A thread lock, not an asyncio one: trials of one task may run on different event loops.
+        with _build_locks_guard:
+            lock = _build_locks.setdefault(image, threading.Lock())
+        with lock:
+            if not force_build and image_exists(api, image):
                 return
             self.logger.info(f"building {image} from {self.environment_dir}")
-            await run_blocking(build_image, api, self.environment_dir, image,
-                               labels={"rlkit.task": self.environment_name})
+            build_image(api, self.environment_dir, image, labels={"rlkit.task": self.environment_name})
 
     async def stop(self, delete: bool) -> None:
         if self._container_id is None:
@@ -212,6 +228,13 @@ class DockerEnvironment(BaseEnvironment):
             await run_blocking(api_client().stop, self._container_id, timeout=2)
         except Exception as exc:  # noqa: BLE001 — best effort; the reaper finds it by label
             self.logger.warning(f"stopping {self._container_name} failed: {exc}")
+
+    async def _discard(self, creating: asyncio.Future) -> None:
+        try:
+            self._container_id = (await creating)["Id"]
+        except Exception:  # noqa: BLE001 — the create failed: nothing to remove
+            return
+        await self._remove_quietly()
 
     async def _remove_quietly(self) -> None:
         import docker.errors

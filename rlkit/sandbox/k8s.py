@@ -202,6 +202,11 @@ class KubernetesEnvironment(BaseEnvironment):
     def pod_name(self) -> str | None:
         return self._pod
 
+    @property
+    def container_id(self) -> str | None:
+        """The pod's name: the same "is a sandbox up" handle the docker backend has."""
+        return self._pod
+
     # ---- pod spec ------------------------------------------------------------------------------
     def image_ref(self) -> str:
         from rlkit.sandbox.images import task_image_ref

@@ -180,3 +180,22 @@ def test_harbor_trial_oracle_and_nop(calc_task: Path, tmp_path: Path) -> None:
     assert oracle.exception_info is None and oracle.verifier_result.rewards == {"reward": 1.0}
     assert nop.exception_info is None and nop.verifier_result.rewards == {"reward": 0.0}
     assert list((tmp_path / "oracle").glob("*/verifier/reward.txt"))
+
+
+def test_cancelled_start_leaves_no_container(calc_task: Path, tmp_path: Path, docker_api, project: str) -> None:
+    """harbor's start timeout cancels start(); whatever was created is removed."""
+
+    async def scenario() -> None:
+        for delay in (0.0, 0.05, 0.15):
+            env = make_env(calc_task, tmp_path, project=project)
+            task = asyncio.create_task(env.start(force_build=False))
+            await asyncio.sleep(delay)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            await env.stop(delete=True)  # what harbor does after a failed start
+
+    asyncio.run(scenario())
+    assert docker_api.containers(all=True, filters={"label": f"rlkit.project={project}"}) == []

@@ -56,6 +56,7 @@ def test_fake_k8s_start_creates_labelled_pod_waits_and_stop_deletes(task: Path, 
                        project="proj", experiment="exp", step=4, pull_policy="Always")
     asyncio.run(env.start(force_build=False))
     name = env.pod_name
+    assert env.container_id == name  # the same "sandbox is up" handle as the docker backend
     (pod,) = core.pods.values()
     manifest = pod.manifest
     assert manifest["metadata"]["name"] == name and name.startswith("rlkit-calc-task-")
