@@ -19,6 +19,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     parser.add_argument("--port", type=int, default=8002, help="proxy port to free with --all (default 8002)")
     parser.add_argument("--no-k8s", action="store_true", help="skip kubernetes even when a cluster is configured")
+    parser.add_argument("--namespace", help="kubernetes namespace of the pods (default $RLKIT_K8S_NAMESPACE or rlkit)")
     args = parser.parse_args(argv)
 
     from rlkit.ops.cleanup import cleanup
@@ -26,5 +27,5 @@ def main(argv: list[str]) -> int:
     project = None if args.all else args.project
     experiment = None if args.all else args.experiment
     report = cleanup(project, experiment, dry_run=args.dry_run, k8s=False if args.no_k8s else None,
-                     processes=args.all, port=args.port, log=print)
-    return 1 if report.errors and not report.removed else 0
+                     processes=args.all, port=args.port, namespace=args.namespace, log=print)
+    return 1 if report.errors else 0

@@ -1,5 +1,7 @@
-"""`rlkit images base|build`: the offline base image and per-task sandbox images.
+"""`rlkit images dockerd|base|build`: the docker daemon, the offline base image and per-task images.
 
+  rlkit images dockerd
+      make sure a docker daemon answers (starts dockerd as root, logs to .rlkit/dockerd.log)
   rlkit images base [--force] [--mirror URL]
       build rlkit/base:bookworm with debootstrap + docker import (skipped when an image
       with the same recipe hash exists)
@@ -16,6 +18,14 @@ import sys
 from pathlib import Path
 
 DEFAULT_TASKS = Path("examples/tasks")
+
+
+def _dockerd(argv: list[str]) -> int:
+    argparse.ArgumentParser(prog="rlkit images dockerd").parse_args(argv)
+    from rlkit.sandbox.dockerd import ensure_dockerd
+
+    print(f"✓ dockerd answers on {ensure_dockerd()}")
+    return 0
 
 
 def _base(argv: list[str]) -> int:
@@ -71,7 +81,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(__doc__)
         return 0 if argv else 2
-    commands = {"base": _base, "build": _build}
+    commands = {"dockerd": _dockerd, "base": _base, "build": _build}
     if argv[0] not in commands:
         print(f"rlkit images: unknown sub-command {argv[0]!r}\n{__doc__}", file=sys.stderr)
         return 2

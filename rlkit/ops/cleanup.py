@@ -33,7 +33,8 @@ class Removed:
 @dataclass
 class CleanupReport:
     removed: list[Removed] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # something could not be removed
+    warnings: list[str] = field(default_factory=list)  # left alone on purpose, or not reachable
     dry_run: bool = False
 
     @property
@@ -84,6 +85,7 @@ def k8s_configured() -> bool:
 
 def clean_k8s(report: CleanupReport, project: str | None, experiment: str | None,
               namespace: str | None = None, core_api: object | None = None) -> None:
+    """Delete labelled pods in `namespace` (default $RLKIT_K8S_NAMESPACE or "rlkit")."""
     from rlkit.sandbox.k8s import delete_labelled_pods, load_core_api
 
     api = core_api or load_core_api()
@@ -148,7 +150,7 @@ def clean_port(report: CleanupReport, port: int = PROXY_PORT) -> None:
             continue
         cmd = _cmdline(pid)
         if not any(marker in cmd for marker in OUR_PROCESS_MARKERS):
-            report.errors.append(f"port {port} is held by pid {pid} ({cmd[:80]}), not ours; left alone")
+            report.warnings.append(f"port {port} is held by pid {pid} ({cmd[:80]}), not ours; left alone")
             continue
         if not report.dry_run:
             try:
@@ -178,7 +180,8 @@ def _ray_running() -> bool:
 # ---- entry point ---------------------------------------------------------------------------------
 def cleanup(project: str | None = None, experiment: str | None = None, *, dry_run: bool = False,
             docker: bool = True, k8s: bool | None = None, processes: bool = False,
-            port: int = PROXY_PORT, log: Callable[[str], None] | None = None) -> CleanupReport:
+            port: int = PROXY_PORT, namespace: str | None = None,
+            log: Callable[[str], None] | None = None) -> CleanupReport:
     """Remove labelled sandboxes (and with `processes`, stale Ray / proxy-port processes)."""
     from rlkit.sandbox.dockerd import dockerd_answers
 
@@ -188,9 +191,9 @@ def cleanup(project: str | None = None, experiment: str | None = None, *, dry_ru
         clean_docker(report, project, experiment)
     if k8s_configured() if k8s is None else k8s:
         try:
-            clean_k8s(report, project, experiment)
+            clean_k8s(report, project, experiment, namespace=namespace)
         except Exception as exc:  # noqa: BLE001 — an unreachable cluster must not stop docker cleanup
-            report.errors.append(f"kubernetes: {exc}")
+            report.warnings.append(f"kubernetes not cleaned: {str(exc)[:200]}")
     if processes:
         clean_port(report, port)
         clean_ray(report)
@@ -199,7 +202,9 @@ def cleanup(project: str | None = None, experiment: str | None = None, *, dry_ru
         for item in report.removed:
             log(f"{verb} {item.kind} {item.name}" + (f"  ({item.detail})" if item.detail else ""))
         for error in report.errors:
-            log(f"⚠ {error}")
+            log(f"✗ {error}")
+        for warning in report.warnings:
+            log(f"⚠ {warning}")
         if report.nothing_done:
             log("nothing to clean")
     return report

@@ -70,16 +70,18 @@ def _remote_ping(host: str, timeout: float) -> bool:
         return False
 
 
-def ensure_dockerd(timeout: float = 60.0, log_path: Path | None = None) -> str:
+def ensure_dockerd(timeout: float = 60.0, log_path: Path | None = None, *, socket_path: str | None = None,
+                   extra_args: tuple[str, ...] = ()) -> str:
     """Return the socket path of an answering dockerd, starting one when none answers.
 
     Starting needs root and the `dockerd` binary; otherwise a UserError says how to fix it.
     A daemon we start runs detached (its own session) and logs to .rlkit/dockerd.log.
+    `socket_path`/`extra_args` run a separate daemon (own socket, data root...).
     """
-    path = docker_socket_path()
-    if dockerd_answers():
+    path = socket_path or docker_socket_path()
+    if dockerd_answers(socket_path):
         return path
-    if os.environ.get("DOCKER_HOST", "").startswith(("tcp://", "ssh://")):
+    if socket_path is None and os.environ.get("DOCKER_HOST", "").startswith(("tcp://", "ssh://")):
         raise SandboxError(f"docker daemon at {os.environ['DOCKER_HOST']} does not answer")
     binary = shutil.which("dockerd")
     if binary is None:
@@ -91,10 +93,11 @@ def ensure_dockerd(timeout: float = 60.0, log_path: Path | None = None) -> str:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # A stale pid file from a killed daemon makes dockerd refuse to start.
     pid_file = Path("/var/run/docker.pid")
-    if pid_file.exists() and not _pid_alive(pid_file):
+    if socket_path is None and pid_file.exists() and not _pid_alive(pid_file):
         pid_file.unlink(missing_ok=True)
+    argv = [binary, *(["-H", f"unix://{socket_path}"] if socket_path else []), *extra_args]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([binary], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

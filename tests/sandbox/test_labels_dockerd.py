@@ -65,3 +65,41 @@ def test_kill_process_tree_kills_descendants() -> None:
                 break
             time.sleep(0.05)
         assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ensure_dockerd_starts_a_daemon_when_none_answers(tmp_path: Path, dockerd: str) -> None:
+    """A second, private daemon (own socket and data root) is started, then found again."""
+    import signal
+
+    if os.geteuid() != 0:
+        pytest.skip("starting dockerd needs root")
+    sock = str(tmp_path / "d.sock")
+    pid_file = tmp_path / "d.pid"
+    extra = ("--data-root", str(tmp_path / "data"), "--exec-root", str(tmp_path / "exec"), "--pidfile",
+             str(pid_file), "--bridge", "none", "--iptables=false", "--ip-masq=false")
+    assert dockerd_answers(sock) is False
+    try:
+        assert ensure_dockerd(socket_path=sock, extra_args=extra, log_path=tmp_path / "d.log") == sock
+        assert dockerd_answers(sock) is True
+        first_pid = pid_file.read_text().strip()
+        assert ensure_dockerd(socket_path=sock, extra_args=extra) == sock
+        assert pid_file.read_text().strip() == first_pid  # idempotent: no second daemon
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            for _ in range(200):
+                if not dockerd_answers(sock):
+                    break
+                time.sleep(0.05)
+
+
+@pytest.mark.docker
+def test_images_dockerd_cli(dockerd: str) -> None:
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "dockerd"], cwd=root, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"✓ dockerd answers on {dockerd}"
