@@ -1,0 +1,120 @@
+"""The launch plan and verl overrides; verl's own hydra config accepts them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlkit.config.resolve import resolve
+from rlkit.launch.plan import build_plan, is_head_node
+from rlkit.launch.verl_overrides import hydra_value
+
+REPO = Path(__file__).resolve().parents[2]
+COMBOS = {
+    "grpo-sync-fsdp": {"ALGORITHM": "grpo"},
+    "gspo-async-veomni": {"ALGORITHM": "gspo", "TRAINING_MODE": "async", "MODEL_ENGINE": "veomni", "NNODES": 3,
+                          "N_NODES_TRAIN": 2, "N_NODES_ROLLOUT": 1, "SP_SIZE": 2, "EP_SIZE": 2, "TRAIN_BSZ": 8,
+                          "MINI_BSZ": 2, "PARAM_SYNC_STEPS": 4, "LOGGER": "console,wandb"},
+    "ppo-sync-fsdp": {"ALGORITHM": "ppo", "NNODES": 2, "N_NODES_TRAIN": 2, "ROLLOUT_TP": 2},
+}
+
+
+def overrides_of(ws, combo: str) -> dict[str, str]:
+    plan = build_plan(resolve(ws.config(**COMBOS[combo]), ws.environ()))
+    return dict(o.split("=", 1) for o in plan.overrides)
+
+
+def test_algorithm_overrides(ws) -> None:
+    grpo, gspo, ppo = (overrides_of(ws, c) for c in COMBOS)
+    ar = "actor_rollout_ref.actor"
+    assert grpo["algorithm.adv_estimator"] == "grpo" and grpo[f"{ar}.policy_loss.loss_mode"] == "vanilla"
+    assert gspo["algorithm.adv_estimator"] == "grpo" and gspo[f"{ar}.policy_loss.loss_mode"] == "gspo"
+    assert (gspo[f"{ar}.clip_ratio_low"], gspo[f"{ar}.clip_ratio_high"]) == ("0.0003", "0.0004")
+    assert gspo[f"{ar}.loss_agg_mode"] == "seq-mean-token-mean"
+    assert ppo["algorithm.adv_estimator"] == "gae" and "critic.model.path" in ppo
+    assert "critic.model.path" not in grpo
+
+
+def test_mode_and_engine_overrides(ws) -> None:
+    grpo, gspo, _ = (overrides_of(ws, c) for c in COMBOS)
+    assert grpo["trainer.v1.trainer_mode"] == "sync" and grpo["model_engine"] == "dp"
+    assert grpo["actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"] == "1"
+    assert "actor_rollout_ref.hybrid_engine" not in grpo
+    assert gspo["trainer.v1.trainer_mode"] == "separate_async" and gspo["model_engine"] == "veomni"
+    assert gspo["actor_rollout_ref.actor.veomni.expert_parallel_size"] == "2"
+    assert gspo["actor_rollout_ref.hybrid_engine"] == "false"
+    assert gspo["actor_rollout_ref.rollout.nnodes"] == "1" and gspo["trainer.nnodes"] == "2"
+    assert gspo["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "nccl"
+    assert gspo["trainer.v1.separate_async.parameter_sync_step"] == "4"
+    assert gspo["trainer.logger"] == "[console,wandb]"
+    assert grpo["trainer.default_local_dir"] == str(ws.root / "out" / "checkpoints" / "proj" / "exp")
+
+
+def test_rank_zero_is_the_node_with_the_head_ip() -> None:
+    assert is_head_node("", set())
+    assert is_head_node("10.1.2.3", {"127.0.0.1", "10.1.2.3"})
+    assert not is_head_node("10.1.2.3", {"127.0.0.1", "10.9.9.9"})
+
+
+def test_plan_for_a_worker_node(ws) -> None:
+    ws.write_site(RAY_HEAD_ADDRESS="10.1.2.3")
+    plan = build_plan(resolve(ws.config(), ws.environ()), ips={"10.9.9.9"})
+    assert not plan.node_is_head
+    assert [c.role for c in plan.commands_for_this_node()] == ["ray worker"]
+    port = ws.site_values["RAY_PORT"]
+    assert plan.ray_worker.argv[:3] == ["ray", "start", f"--address=10.1.2.3:{port}"]
+    head_plan = build_plan(resolve(ws.config(), ws.environ()), ips={"10.1.2.3"})
+    assert [c.role for c in head_plan.commands_for_this_node()] == ["ray head", "verl trainer"]
+
+
+def test_hydra_quoting() -> None:
+    assert hydra_value("/plain/path.parquet") == "/plain/path.parquet"
+    assert hydra_value("/a b/c,d") == "'/a b/c,d'"
+    assert hydra_value(["console", "file"]) == "[console,file]"
+    assert hydra_value(True) == "true"
+
+
+def _compose(sets: list[list[str]]) -> list[dict]:
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_compose_verl.py"))], check=True,
+                          input=json.dumps(sets), capture_output=True, text=True)
+    return json.loads(proc.stdout)
+
+
+def test_verl_config_accepts_every_combination(ws) -> None:
+    plans = {c: build_plan(resolve(ws.config(**COMBOS[c]), ws.environ())) for c in COMBOS}
+    results = _compose([p.overrides for p in plans.values()] + [["trainer.not_a_verl_key=1"]])
+    assert results[-1]["ok"] is False  # the harness does reject unknown keys
+    for combo, result in zip(COMBOS, results, strict=False):
+        assert result["ok"], f"{combo}: {result.get('error')}"
+    grpo, gspo, ppo = (r["config"] for r in results[:3])
+    assert gspo["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "gspo"
+    assert gspo["trainer"]["v1"]["trainer_mode"] == "separate_async"
+    assert gspo["actor_rollout_ref"]["actor"]["veomni"]["expert_parallel_size"] == 2
+    assert grpo["actor_rollout_ref"]["rollout"]["multi_turn"]["format"] == "qwen3_coder"
+    assert grpo["data"]["train_files"] == str(ws.train)
+    assert ppo["algorithm"]["adv_estimator"] == "gae" and ppo["trainer"]["nnodes"] == 2
+
+
+@pytest.mark.slow
+def test_dry_run_command_is_accepted_by_verl_main_ppo(ws) -> None:
+    """The exact trainer line DRY_RUN prints, fed to `python -m verl.trainer.main_ppo --cfg job --resolve`."""
+    cfg = ws.config(**COMBOS["gspo-async-veomni"])
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "DRY_RUN": "1", **ws.environ()}
+    proc = subprocess.run(["bash", "scripts/train/train.sh", str(cfg)], capture_output=True, text=True, cwd=REPO,
+                          env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ray start --head" in proc.stdout and "# Rollout / vLLM" in proc.stdout
+    trainer = proc.stdout.split("# Trainer (rank 0)\n", 1)[1]
+    argv = shlex.split(trainer.replace("\\\n", " "))
+    start = argv.index("python")
+    assert argv[start:start + 3] == ["python", "-m", "verl.trainer.main_ppo"]
+    verl = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "--cfg", "job", "--resolve",
+                           *argv[start + 3:]], capture_output=True, text=True, check=False)
+    assert verl.returncode == 0, verl.stderr[-2000:]
+    assert "trainer_mode: separate_async" in verl.stdout and "loss_mode: gspo" in verl.stdout
