@@ -54,6 +54,10 @@ class VllmServerConfig(BaseModel):
     scratch_dir: Path = Field(default_factory=lambda: REPO_ROOT / ".rlkit" / "vllm_scratch")
     python: str | None = None  # default: $RLKIT_VLLM_PYTHON or <repo>/.venv-vllm/bin/python
     startup_timeout_s: float = 300.0
+    # Linux: the server gets SIGTERM when the process that started it dies (no orphans holding
+    # ports and 2+ GB after a crash). The signal follows the starting *thread*: start from a
+    # long-lived thread, or turn this off.
+    die_with_parent: bool = True
 
 
 def vllm_python(explicit: str | None = None) -> Path:
@@ -70,6 +74,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+# Sets PR_SET_PDEATHSIG (kept across exec) and then becomes the real command.
+_DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 15); "
+                    "os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def build_command(config: VllmServerConfig, python: Path, port: int) -> list[str]:
@@ -123,7 +132,10 @@ class VllmServer:
 
     def start(self) -> VllmServer:
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        command = self.command()
+        if self.config.die_with_parent and os.uname().sysname == "Linux":
+            command = [command[0], "-c", _DIE_WITH_PARENT, *command]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=self._env(), start_new_session=True)
         self._pump = threading.Thread(target=self._pump_logs, name="vllm-log", daemon=True)
         self._pump.start()

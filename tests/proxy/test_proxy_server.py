@@ -1,4 +1,5 @@
 """The proxy over HTTP against a scripted upstream: formats, recording, errors, routing, hygiene."""
+# ruff: noqa: SIM117 - the client is built from the proxy that the outer block starts
 
 from __future__ import annotations
 

