@@ -162,6 +162,8 @@ class VllmServer:
         deadline = time.monotonic() + (timeout_s or self.config.startup_timeout_s)
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
+                if self._pump is not None:  # let the log catch the server's last words
+                    self._pump.join(timeout=5)
                 raise LaunchError(f"vLLM exited with code {self.process.returncode} during start-up; "
                                   f"see {self.server_log}", log=str(self.server_log))
             if self.healthy():

@@ -1,0 +1,101 @@
+"""The vLLM launcher's process handling, with a stand-in server script in place of vLLM.
+
+The real server is covered by the `vllm_server` fixture and tests/proxy/test_proxy_vllm.py.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlkit.errors import LaunchError, UserError
+from rlkit.launch.vllm import VllmServer, VllmServerConfig, build_command, vllm_python
+
+# Prints a start-up line and two vLLM-style stats lines, spawns a grandchild, serves /health.
+STANDIN = """#!/bin/sh
+exec {python} -c '
+import http.server, subprocess, sys, os
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("INFO starting vllm api server", flush=True)
+print("INFO 11-29 [loggers.py:123] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation throughput: 3.0 tokens/s", flush=True)
+print("INFO route /v1/completions", flush=True)
+print("INFO 11-29 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 9.1 tokens/s", flush=True)
+child = subprocess.Popen(["sleep", "600"])
+open(os.environ["STANDIN_PIDFILE"], "w").write(str(child.pid))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+' "$@"
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_command_has_the_cpu_flags() -> None:
+    cfg = VllmServerConfig(model_path="/m", max_model_len=4096, served_model_name="tiny")
+    cmd = build_command(cfg, Path("/py"), 8123)
+    assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(cmd)
+    for flag in ("--dtype float32", "--enforce-eager", "--kv-cache-memory-bytes 134217728",
+                 "--max-model-len 4096", "--port 8123", "--served-model-name tiny"):
+        assert flag in joined
+
+
+def test_missing_venv_is_a_user_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RLKIT_VLLM_PYTHON", str(tmp_path / "nope" / "python"))
+    with pytest.raises(UserError) as err:
+        vllm_python()
+    assert err.value.key == "RLKIT_VLLM_PYTHON" and "setup.sh" in err.value.fix
+
+
+def test_start_wait_logs_and_stop_the_whole_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "standin.sh"
+    script.write_text(STANDIN.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    pidfile = tmp_path / "grandchild.pid"
+    monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
+    config = VllmServerConfig(model_path="/m", exp_name="exp1", python=str(script), log_dir=tmp_path / "logs",
+                              scratch_dir=tmp_path / "scratch", startup_timeout_s=60)
+    with VllmServer(config) as server:
+        assert server.healthy()
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.05)
+        grandchild = int(pidfile.read_text())
+        assert _alive(grandchild)
+        assert (tmp_path / "scratch" / f"exp1_{server.port}" / "cache").is_dir()
+    assert not server.healthy()
+    assert not _alive(grandchild)  # stopped with the process group, not orphaned
+    full = (tmp_path / "logs" / "exp1_vllm_server.log").read_text()
+    throughput = (tmp_path / "logs" / "exp1_vllm.log").read_text().splitlines()
+    assert "starting vllm api server" in full and "route /v1/completions" in full
+    assert len(throughput) == 2 and all("Avg prompt throughput" in line for line in throughput)
+
+
+def test_a_server_that_exits_early_is_a_launch_error(tmp_path: Path) -> None:
+    script = tmp_path / "crash.sh"
+    script.write_text("#!/bin/sh\necho 'ValueError: bad model' ; exit 3\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    config = VllmServerConfig(model_path="/m", exp_name="bad", python=str(script), log_dir=tmp_path,
+                              scratch_dir=tmp_path / "s", startup_timeout_s=30, die_with_parent=False)
+    with pytest.raises(LaunchError, match="exited with code 3"), VllmServer(config):
+        pass
+    assert "bad model" in (tmp_path / "bad_vllm_server.log").read_text()
