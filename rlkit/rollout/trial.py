@@ -87,8 +87,8 @@ class TrialOutcome(BaseModel):
 
     @property
     def graded(self) -> bool:
-        """The verifier produced a reward (reason ok, agent_timeout or agent_error)."""
-        return self.reason in ("ok", "agent_timeout", "agent_error")
+        """The verifier produced a reward (the reason may still flag an agent timeout or error)."""
+        return bool(self.rewards)
 
 
 def agent_config(agent: str | dict[str, Any] | Any):
@@ -202,10 +202,13 @@ def outcome_from_result(task_id: str, session: str, trial_dir: Path, result: Any
             reason = "agent_timeout"
     timings = {name: _seconds(getattr(result, name)) for name in TIMING_BLOCKS if getattr(result, name)}
     timings["total"] = total
+    shown = exc_type
+    if not rewards and verifier_failure and (exc_type is None or _reason_for(exc_type) != reason):
+        shown = "VerifierTimeoutError" if reason == "verifier_timeout" else verifier_failure
     return TrialOutcome(
         task_id=task_id, session=session, reward=reward, rewards={k: float(v) for k, v in rewards.items()},
-        reason=reason, trial_dir=trial_dir, exception_type=verifier_failure if not rewards and verifier_failure
-        else exc_type, exception_message=exception.exception_message[:2000] if exception else None, timings=timings)
+        reason=reason, trial_dir=trial_dir, exception_type=shown,
+        exception_message=exception.exception_message[:2000] if exception else None, timings=timings)
 
 
 def _reason_for(exc_type: str) -> Reason:

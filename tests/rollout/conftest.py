@@ -1,0 +1,30 @@
+"""Fixtures for trial tests against a real dockerd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "tasks"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="session")
+def task_images(base_image: str) -> list[str]:
+    """Every bundled task's image, built once (cached by docker across runs)."""
+    from rlkit.sandbox.images import build_task_images, discover_tasks
+
+    outcomes = build_task_images(discover_tasks(EXAMPLES))
+    failed = [o for o in outcomes if o.status == "failed"]
+    assert not failed, failed
+    return [o.image for o in outcomes]
+
+
+def containers_of(session: str) -> list[dict]:
+    """Containers (running or not) labelled with this trial session."""
+    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.labels import SESSION, label_value
+
+    return api_client().containers(all=True, filters={"label": f"{SESSION}={label_value(session)}"})

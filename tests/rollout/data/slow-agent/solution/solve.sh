@@ -1,0 +1,3 @@
+#!/bin/bash
+sleep 120
+touch /tmp/solved
