@@ -67,32 +67,65 @@ def test_kill_process_tree_kills_descendants() -> None:
         assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
-@pytest.mark.docker
-@pytest.mark.slow
-def test_ensure_dockerd_starts_a_daemon_when_none_answers(tmp_path: Path, dockerd: str) -> None:
-    """A second, private daemon (own socket and data root) is started, then found again."""
-    import signal
+FAKE_DOCKERD = """#!{python}
+# Stand-in dockerd: answers GET /_ping on the socket given by -H unix://PATH.
+import http.server, os, socketserver, sys
+path = sys.argv[sys.argv.index("-H") + 1].removeprefix("unix://")
+open(path + ".started", "a").write(str(os.getpid()) + "\\n")
+class Ping(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/_ping" else 404); self.end_headers(); self.wfile.write(b"OK")
+    def address_string(self):
+        return "local"
+    def log_message(self, *args):
+        pass
+class Server(socketserver.UnixStreamServer):
+    def get_request(self):
+        request, _ = super().get_request()
+        return request, ("local", 0)
+Server(path, Ping).serve_forever()
+"""
+
+
+def test_ensure_dockerd_starts_a_daemon_when_none_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start path, against a stand-in `dockerd` on PATH (a second real daemon would
+    fight the shared one over docker0 and iptables)."""
+    import sys
 
     if os.geteuid() != 0:
-        pytest.skip("starting dockerd needs root")
+        pytest.skip("ensure_dockerd only starts a daemon as root")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dockerd"
+    fake.write_text(FAKE_DOCKERD.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     sock = str(tmp_path / "d.sock")
-    pid_file = tmp_path / "d.pid"
-    extra = ("--data-root", str(tmp_path / "data"), "--exec-root", str(tmp_path / "exec"), "--pidfile",
-             str(pid_file), "--bridge", "none", "--iptables=false", "--ip-masq=false")
     assert dockerd_answers(sock) is False
     try:
-        assert ensure_dockerd(socket_path=sock, extra_args=extra, log_path=tmp_path / "d.log") == sock
+        assert ensure_dockerd(socket_path=sock, log_path=tmp_path / "d.log", timeout=30) == sock
         assert dockerd_answers(sock) is True
-        first_pid = pid_file.read_text().strip()
-        assert ensure_dockerd(socket_path=sock, extra_args=extra) == sock
-        assert pid_file.read_text().strip() == first_pid  # idempotent: no second daemon
+        assert ensure_dockerd(socket_path=sock) == sock
+        assert len(Path(sock + ".started").read_text().split()) == 1  # idempotent: started once
     finally:
-        if pid_file.exists():
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            for _ in range(200):
-                if not dockerd_answers(sock):
-                    break
-                time.sleep(0.05)
+        started = Path(sock + ".started")
+        for pid in started.read_text().split() if started.exists() else []:
+            os.kill(int(pid), 9)
+
+
+def test_ensure_dockerd_reports_a_daemon_that_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.errors import SandboxError
+
+    if os.geteuid() != 0:
+        pytest.skip("ensure_dockerd only starts a daemon as root")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dockerd").write_text("#!/bin/sh\necho 'failed to start daemon: boom' >&2\nexit 1\n")
+    (bin_dir / "dockerd").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with pytest.raises(SandboxError, match="exited with code 1"):
+        ensure_dockerd(socket_path=str(tmp_path / "d.sock"), log_path=tmp_path / "d.log", timeout=30)
+    assert "boom" in (tmp_path / "d.log").read_text()
 
 
 @pytest.mark.docker
