@@ -1,11 +1,13 @@
 """TRAIN_FILES / VAL_FILES: exist, are parquet, are non-empty, carry the task-index columns.
 
-Only the parquet footer is read (schema and row count), never the rows.
+Only the parquet footer is read (schema and row count), never the rows, and without
+pyarrow: its import alone would cost more than the rest of a preflight.
 """
 
 from __future__ import annotations
 
 from rlkit.tasks.schema import REQUIRED_COLUMNS
+from rlkit.validate._parquet_footer import ParquetFooterError, read_footer
 from rlkit.validate.findings import Context, Finding, fatal, ok
 
 BUILD_FIX = "build it with `rlkit index build TASKS_DIR -o FILE.parquet`"
@@ -18,22 +20,19 @@ def _check_index(ctx: Context, name: str) -> Finding:
         return fatal("data_files", f"{name} is empty", f"set {name}; {BUILD_FIX}", key=name, where=where)
     if not path.is_file():
         return fatal("data_files", f"{name} {path} does not exist", BUILD_FIX, key=name, where=where)
-    import pyarrow.parquet as pq  # only here: keeps `import rlkit.validate` cheap
-
     try:
-        meta = pq.ParquetFile(path).metadata
-    except Exception as exc:  # noqa: BLE001 -- pyarrow raises several types for a non-parquet file
-        return fatal("data_files", f"{name} {path} is not a parquet file ({type(exc).__name__}: {exc})",
-                     BUILD_FIX, key=name, where=where)
-    if meta.num_rows == 0:
+        num_rows, names = read_footer(str(path))
+    except (ParquetFooterError, OSError) as exc:
+        return fatal("data_files", f"{name} {path} is not a parquet file ({exc})", BUILD_FIX, key=name, where=where)
+    if num_rows == 0:
         return fatal("data_files", f"{name} {path} has no rows", "rebuild the index from a non-empty task set",
                      key=name, where=where)
-    columns = set(meta.schema.to_arrow_schema().names)
+    columns = set(names)
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         return fatal("data_files", f"{name} {path} lacks task-index column(s): {', '.join(missing)}",
                      f"rebuild it: {BUILD_FIX}", key=name, where=where)
-    return ok("data_files", f"{name}: {meta.num_rows} task(s) in {path.name}")
+    return ok("data_files", f"{name}: {num_rows} task(s) in {path.name}")
 
 
 def data_files(ctx: Context) -> list[Finding]:

@@ -14,7 +14,8 @@ import rlkit
 from rlkit.validate.findings import Status
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "ray", "verl", "vllm", "transformers", "litellm", "docker", "kubernetes", "tensordict")
+HEAVY = ("torch", "ray", "verl", "vllm", "transformers", "litellm", "docker", "kubernetes", "tensordict",
+         "pyarrow", "numpy")
 
 
 @pytest.fixture
@@ -81,10 +82,10 @@ def test_dry_run_stops_on_static_fatal(ws) -> None:
 
 
 def test_check_path_imports_nothing_heavy(ws, warm_cache: Path) -> None:
-    code = ("import sys, rlkit; rlkit.check(sys.argv[1]); "
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    code = ("import sys, rlkit; r = rlkit.check(sys.argv[1]); "
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})), len(r.by_check('data_files')))")
     proc = run([sys.executable, "-c", code, str(ws.config())], ws.environ())
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
-    assert "rlkit" in loaded and "pyarrow" in loaded  # the check really ran
+    assert "rlkit" in loaded and "2" in loaded  # the checks really ran, data files included
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)

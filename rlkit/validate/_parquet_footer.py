@@ -1,0 +1,165 @@
+"""Reads a parquet file's row count and top-level column names from its footer.
+
+Importing pyarrow costs more than the whole rest of a preflight, and a check needs only
+two facts from the footer. The footer is a Thrift compact-protocol `FileMetaData`
+(parquet-format spec): field 2 is the flattened schema, field 3 the row count. This
+reader decodes just those and skips everything else; it never reads row data.
+"""
+
+from __future__ import annotations
+
+import struct
+
+MAGIC = b"PAR1"
+_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
+
+
+class ParquetFooterError(ValueError):
+    """Not a parquet file, or a footer this reader cannot decode."""
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def byte(self) -> int:
+        if self.pos >= len(self.data):
+            raise ParquetFooterError("footer ends early")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 70:
+                raise ParquetFooterError("bad varint")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def binary(self) -> bytes:
+        n = self.varint()
+        out = self.data[self.pos:self.pos + n]
+        if len(out) != n:
+            raise ParquetFooterError("footer ends early")
+        self.pos += n
+        return out
+
+    def fields(self):
+        last = 0
+        while True:
+            header = self.byte()
+            kind = header & 0x0F
+            if kind == _STOP:
+                return
+            delta = header >> 4
+            last = last + delta if delta else self.zigzag()
+            yield last, kind
+
+    def list_header(self) -> tuple[int, int]:
+        header = self.byte()
+        size = header >> 4
+        return (self.varint() if size == 15 else size), header & 0x0F
+
+    def skip(self, kind: int) -> None:
+        if kind in (_TRUE, _FALSE):
+            return
+        if kind == _BYTE:
+            self.pos += 1
+        elif kind in (_I16, _I32, _I64):
+            self.varint()
+        elif kind == _DOUBLE:
+            self.pos += 8
+        elif kind == _BINARY:
+            self.binary()
+        elif kind in (_LIST, _SET):
+            size, elem = self.list_header()
+            for _ in range(size):
+                if elem in (_TRUE, _FALSE):  # list booleans take a byte each
+                    self.pos += 1
+                else:
+                    self.skip(elem)
+        elif kind == _MAP:
+            size = self.varint()
+            if size:
+                types = self.byte()
+                for _ in range(size):
+                    self.skip(types >> 4)
+                    self.skip(types & 0x0F)
+        elif kind == _STRUCT:
+            for _, inner in self.fields():
+                self.skip(inner)
+        else:
+            raise ParquetFooterError(f"unknown thrift type {kind}")
+
+
+def _schema_element(r: _Reader) -> tuple[str, int]:
+    name, children = "", 0
+    for fid, kind in r.fields():
+        if fid == 4 and kind == _BINARY:
+            name = r.binary().decode("utf-8", "replace")
+        elif fid == 5 and kind == _I32:
+            children = r.zigzag()
+        else:
+            r.skip(kind)
+    return name, children
+
+
+def read_footer(path: str) -> tuple[int, list[str]]:
+    """(num_rows, top-level column names)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        if size < 12:
+            raise ParquetFooterError("file too small to be parquet")
+        f.seek(0)
+        head = f.read(4)
+        f.seek(size - 8)
+        tail = f.read(8)
+        length = struct.unpack("<I", tail[:4])[0]
+        if head != MAGIC or tail[4:] != MAGIC:
+            raise ParquetFooterError("no PAR1 magic (encrypted footers are not supported)")
+        if length > size - 12:
+            raise ParquetFooterError("footer length out of range")
+        f.seek(size - 8 - length)
+        r = _Reader(f.read(length))
+    elements: list[tuple[str, int]] = []
+    num_rows = -1
+    for fid, kind in r.fields():
+        if fid == 2 and kind == _LIST:
+            count, _ = r.list_header()
+            elements = [_schema_element(r) for _ in range(count)]
+        elif fid == 3 and kind == _I64:
+            num_rows = r.zigzag()
+            break  # row groups and the rest are not needed
+        else:
+            r.skip(kind)
+    if not elements or num_rows < 0:
+        raise ParquetFooterError("footer has no schema or row count")
+    return num_rows, _top_level(elements)
+
+
+def _top_level(elements: list[tuple[str, int]]) -> list[str]:
+    """The root's direct children of the depth-first flattened schema."""
+    names, i = [], 1
+
+    def subtree_end(j: int) -> int:
+        _, children = elements[j]
+        j += 1
+        for _ in range(children):
+            j = subtree_end(j)
+        return j
+
+    for _ in range(elements[0][1]):
+        if i >= len(elements):
+            raise ParquetFooterError("schema tree is truncated")
+        names.append(elements[i][0])
+        i = subtree_end(i)
+    return names
