@@ -9,7 +9,8 @@ could influence its own grade, then hands over to harbor unchanged:
 * /logs/verifier is emptied (not just the two reward files) and /tests removed, so a
   pytest.ini or conftest.py planted there cannot change how the tests run.
 
-It also records why verification failed, keyed by trial directory: harbor keeps only the
+The clean-up replaces harbor's own reward-file removal (same hook, one exec). It also
+records why verification failed, keyed by trial directory: harbor keeps only the
 first exception of a trial, so a verifier failure after an agent timeout would be lost.
 """
 
@@ -66,17 +67,21 @@ class GuardedVerifier(Verifier):
         key = str(self.trial_paths.trial_dir)
         VERIFIER_FAILURES.pop(key, None)
         try:
-            await self._clean_slate()
             return await super().verify()
         except BaseException as exc:
             VERIFIER_FAILURES[key] = type(exc).__name__
             raise
 
-    async def _clean_slate(self) -> None:
+    @override
+    async def _remove_reward_files(self) -> None:
+        """harbor's first step of verify() (delete stale reward files), widened to a clean slate.
+
+        One exec does all of it: every sandbox round trip is paid by every trial."""
         paths = EnvironmentPaths.for_os(self.environment.os)
-        killed = await self.environment.exec(command=_KILL_LEFTOVERS, user="root")
-        if killed.return_code != 0:
-            self.logger.warning(f"killing leftover processes failed: {killed.stderr or killed.stdout}")
-        result = await self.environment.exec(command=_fresh_dirs_command(paths), user="root")
+        command = f"{_KILL_LEFTOVERS}\n{_fresh_dirs_command(paths)}"
+        result = await self.environment.exec(command=command, user="root")
         if result.return_code != 0:
             raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")
+        if not self.environment.is_path_mounted(paths.verifier_dir, self.trial_paths.verifier_dir):
+            self.trial_paths.reward_text_path.unlink(missing_ok=True)
+            self.trial_paths.reward_json_path.unlink(missing_ok=True)
