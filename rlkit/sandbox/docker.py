@@ -9,7 +9,9 @@ Every Engine API call blocks, so each runs on the shared docker thread pool.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import json
 import re
 import tarfile
 import threading
@@ -34,6 +36,10 @@ from rlkit.sandbox.labels import SandboxLabels
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 DockerNetwork = Literal["none", "bridge", "host"]
+# Go os.FileMode type bits, as the Engine API reports them in path stats.
+_GO_MODE_DIR = 1 << 31
+_GO_MODE_SYMLINK = 1 << 27
+_GO_MODE_TYPE = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
 # One build per image at a time in this process; concurrent trials of a task wait for it.
 _build_locks: dict[str, threading.Lock] = {}
@@ -292,6 +298,35 @@ class DockerEnvironment(BaseEnvironment):
         except Exception as exc:  # noqa: BLE001 — the container may already be gone
             self.logger.debug(f"killing exec {exec_id[:12]} failed: {exc}")
 
+    # ---- path checks without an exec (HEAD on the archive endpoint) ----------------------------
+    async def _stat_mode(self, path: str) -> int | None:
+        """Go FileMode bits of `path`, or None when it does not exist."""
+        container = self._require_container()
+        api = api_client()
+
+        def head() -> int | None:
+            response = api.head(api._url("/containers/{0}/archive", container), params={"path": path})
+            if response.status_code == 404:
+                return None
+            response.raise_for_status()
+            return int(json.loads(base64.b64decode(response.headers["X-Docker-Container-Path-Stat"]))["mode"])
+
+        return await run_blocking(head)
+
+    async def is_dir(self, path: str, user: str | int | None = None) -> bool:
+        as_other = _is_other_user(self._resolve_user(user))
+        mode = None if as_other else await self._stat_mode(path)
+        if as_other or (mode is not None and mode & _GO_MODE_SYMLINK):
+            return await super().is_dir(path, user=user)  # permissions / link targets: ask `test -d`
+        return mode is not None and bool(mode & _GO_MODE_DIR)
+
+    async def is_file(self, path: str, user: str | int | None = None) -> bool:
+        as_other = _is_other_user(self._resolve_user(user))
+        mode = None if as_other else await self._stat_mode(path)
+        if as_other or (mode is not None and mode & _GO_MODE_SYMLINK):
+            return await super().is_file(path, user=user)
+        return mode is not None and not mode & _GO_MODE_TYPE
+
     # ---- file transfer --------------------------------------------------------------------------
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         data = await run_blocking(_tar.pack_file, Path(source_path), target_path)
@@ -328,6 +363,11 @@ class DockerEnvironment(BaseEnvironment):
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         data = await self._get(source_dir.rstrip("/") or "/")
         await run_blocking(_tar.extract_dir, data, Path(target_dir), True)
+
+
+def _is_other_user(user: str | int | None) -> bool:
+    """A user whose permissions may differ from root's (the Engine API stats as root)."""
+    return user is not None and str(user) not in {"root", "0"}
 
 
 def _text(data: bytes | None) -> str | None:

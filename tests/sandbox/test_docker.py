@@ -79,6 +79,13 @@ def test_upload_download_roundtrip(calc_task: Path, tmp_path: Path) -> None:
             await env.download_file("/out/sub/y.txt", tmp_path / "y-copy.txt")
             with pytest.raises(FileNotFoundError):
                 await env.download_file("/nope.txt", tmp_path / "nope.txt")
+            # Path checks answer like `test -d` / `test -f`, links followed.
+            await env.exec("mkfifo /out/pipe && ln -s /out /out-link && ln -s /out/x.txt /x-link")
+            checks = [await env.is_dir(p) for p in ("/out", "/out/x.txt", "/missing", "/out-link", "/x-link")]
+            assert checks == [True, False, False, True, False]
+            checks = [await env.is_file(p) for p in ("/out", "/out/x.txt", "/missing", "/out/pipe", "/x-link")]
+            assert checks == [False, True, False, False, True]
+            assert await env.is_dir("/root", user="nobody") is True
         finally:
             await env.stop(delete=True)
 
