@@ -25,7 +25,7 @@ from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
-from rlkit.errors import SandboxError
+from rlkit.errors import SandboxError, UserError
 from rlkit.sandbox import _tar
 from rlkit.sandbox import k8s_spec as spec
 from rlkit.sandbox._docker_client import run_blocking
@@ -75,7 +75,11 @@ def load_core_api(context: str | None = None) -> Any:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config(context=context)
+        try:
+            config.load_kube_config(context=context)
+        except (config.ConfigException, FileNotFoundError) as exc:
+            raise UserError(f"no kubernetes cluster is configured: {exc}", key="BACKEND",
+                            fix="set KUBECONFIG (or run inside the cluster), or use BACKEND=docker") from exc
     return client.CoreV1Api()
 
 
@@ -246,12 +250,13 @@ class KubernetesEnvironment(BaseEnvironment):
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def start(self, force_build: bool) -> None:
+        core_api = self.core_api  # a missing cluster config is the user's to fix, not a retryable error
         name = spec.pod_name(self.session_id, uuid.uuid4().hex[:6])
         manifest = self.pod_manifest(name)
         if manifest["metadata"]["labels"].get(spec.NETWORK_LABEL) == "none":
             await run_blocking(self._ensure_no_network_policy)
         try:
-            await run_blocking(self.core_api.create_namespaced_pod, self.opts.namespace, manifest)
+            await run_blocking(core_api.create_namespaced_pod, self.opts.namespace, manifest)
         except Exception as exc:
             raise SandboxError(f"cannot create pod {name}: {exc}", pod=name, namespace=self.opts.namespace) from exc
         self._pod = name

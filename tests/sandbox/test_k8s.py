@@ -268,3 +268,15 @@ def test_fake_k8s_harbor_trial_oracle_and_nop(tmp_path: Path, base_image: str, c
     assert oracle.exception_info is None and oracle.verifier_result.rewards == {"reward": 1.0}
     assert nop.exception_info is None and nop.verifier_result.rewards == {"reward": 0.0}
     assert core.pods == {} and pods.containers == {}
+
+
+def test_fake_k8s_missing_cluster_config_is_a_user_error(task: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.errors import UserError
+    from rlkit.sandbox.k8s import load_core_api
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    with pytest.raises(UserError, match="no kubernetes cluster") as caught:
+        load_core_api()
+    assert "BACKEND=docker" in caught.value.fix
