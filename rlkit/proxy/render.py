@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 
 _ANCHOR = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
+# Used once per tool set to learn whether the template renders new turns the same without tools.
+_PROBE = [{"role": "tool", "tool_call_id": "p", "content": "probe"}, {"role": "user", "content": "probe"}]
 
 
 def content_text(content: Any) -> str:
@@ -90,6 +92,9 @@ class ChatRenderer:
         self.eos_id: int = tokenizer.eos_token_id
         self.eos_text: str = tokenizer.eos_token
         self._anchor_prefix: dict[bytes, str] = {}
+        self._tools_matter: dict[bytes, bool] = {}
+        # The Rust tokenizer directly: the python wrapper costs more than the encoding itself.
+        self._fast = getattr(tokenizer, "backend_tokenizer", None)
 
     @classmethod
     def from_path(cls, model_path: str) -> ChatRenderer:
@@ -104,6 +109,8 @@ class ChatRenderer:
             add_generation_prompt=add_generation_prompt)
 
     def encode_text(self, text: str) -> list[int]:
+        if self._fast is not None:
+            return self._fast.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def encode_full(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -118,19 +125,30 @@ class ChatRenderer:
         the token is inserted here. Returns None if the template is not prefix-stable.
         """
         key = tools_key(tools)
+        if tools and key not in self._tools_matter:
+            # Rendering a large tool list on every turn dominates the cost; skip it when the
+            # template renders new turns identically without it (checked once per tool set).
+            self._tools_matter[key] = self._continuation_text(_PROBE, tools, key) != \
+                self._continuation_text(_PROBE, None, b"[]")
+        if tools and not self._tools_matter[key]:
+            tools, key = None, b"[]"
+        text = self._continuation_text(new_messages, tools, key)
+        if text is None:
+            return None
+        return self.encode_text(text if previous_ended_with_eos else self.eos_text + text)
+
+    def _continuation_text(self, new_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                           key: bytes) -> str | None:
+        """Rendered text of `new_messages` after an assistant turn, from just past its end-of-turn token."""
         prefix = self._anchor_prefix.get(key)
         if prefix is None:
             prefix = self.render_text(_ANCHOR, tools, add_generation_prompt=False)
             self._anchor_prefix[key] = prefix
         full = self.render_text(_ANCHOR + new_messages, tools)
-        if not full.startswith(prefix):
-            return None
         cut = prefix.rfind(self.eos_text)
-        if cut < 0:
+        if cut < 0 or not full.startswith(prefix):
             return None
-        if previous_ended_with_eos:
-            cut += len(self.eos_text)
-        return self.encode_text(full[cut:])
+        return full[cut + len(self.eos_text):]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
