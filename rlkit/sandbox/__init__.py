@@ -1,7 +1,21 @@
-"""Sandboxes: docker and kubernetes backends (harbor `BaseEnvironment` subclasses),
-the offline base image, task images and labels. Heavy clients are imported lazily.
+"""Sandboxes: one container (docker) or pod (k8s) per trial, as harbor `BaseEnvironment`s.
 
-Backends by name (for configs that say BACKEND=docker|k8s):
+    from harbor.models.trial.config import EnvironmentConfig
+    EnvironmentConfig(import_path=IMPORT_PATHS["docker"],
+                      kwargs={"project": P, "experiment": E, "step": N, "session": S,
+                              "network": "host"})          # see DockerOptions / K8sOptions
+
+- `docker.DockerEnvironment`: Engine API (docker SDK) on the shared thread pool; the task
+  image `rlkit-task/<task>:latest` is built from environment/Dockerfile when missing.
+- `k8s.KubernetesEnvironment`: pod per trial, exec over the stream API, tar over exec;
+  the pod manifest comes from the pure `k8s_spec`.
+- `images.task_image_ref` names every task image; `base_image` builds `rlkit/base:bookworm`
+  offline; `dockerd.ensure_dockerd` starts a daemon when none answers.
+- Every sandbox carries the `labels` (rlkit.managed, project, experiment, step, session)
+  that `rlkit cleanup` (rlkit/ops/cleanup.py) reaps by.
+- A command past its timeout raises `timeouts.SandboxExecTimeout` (also a TimeoutError).
+
+Heavy clients (docker, kubernetes, harbor) are imported only by the backend modules.
 """
 
 from __future__ import annotations
