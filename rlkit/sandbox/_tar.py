@@ -23,13 +23,16 @@ def pack_dir(source: Path, target_dir: str) -> bytes:
     """A tar of the contents of `source` placed under `target_dir` (like `cp -r source/. target`)."""
     buf = io.BytesIO()
     base = _rel(target_dir)
+    children = sorted(source.rglob("*"))
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        # The target dir entry itself, so an empty source still creates it.
-        info = tarfile.TarInfo(base)
-        info.type = tarfile.DIRTYPE
-        info.mode = 0o755
-        tar.addfile(info)
-        for path in sorted(source.rglob("*")):
+        if not children:
+            # Only an empty source needs the target's own entry; otherwise extraction makes
+            # it, and an entry would reset the mode of an existing target (/tmp, /logs/...).
+            info = tarfile.TarInfo(base)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o755
+            tar.addfile(info)
+        for path in children:
             tar.add(str(path), arcname=f"{base}/{path.relative_to(source).as_posix()}", recursive=False)
     return buf.getvalue()
 

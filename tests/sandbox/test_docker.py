@@ -65,11 +65,16 @@ def test_upload_download_roundtrip(calc_task: Path, tmp_path: Path) -> None:
     (src / "nested" / "b.sh").chmod(0o755)
     single = tmp_path / "single.txt"
     single.write_text("one file")
+    (tmp_path / "empty").mkdir()
 
     async def scenario() -> None:
         await env.start(force_build=False)
         try:
             await env.upload_dir(src, "/work/in")
+            await env.upload_dir(src, "/logs/verifier")  # an existing 777 dir keeps its mode
+            assert (await env.exec("stat -c %a /logs/verifier")).stdout.strip() == "777"
+            await env.upload_dir(tmp_path / "empty", "/made/empty")
+            assert await env.is_dir("/made/empty")
             await env.upload_file(single, "/deep/new/dir/single.txt")
             listing = await env.exec("cat /work/in/a.txt; echo; /work/in/nested/b.sh; "
                                      "cat /deep/new/dir/single.txt; echo; stat -c %a /tmp")
