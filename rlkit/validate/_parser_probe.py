@@ -2,11 +2,11 @@
 
 Renders a probe assistant tool call through the model's own chat template (with
 tools), tokenizes the assistant turn, and parses it back with verl's tool parsers.
-Prints one JSON verdict on stdout:
+Prints one JSON verdict per (model, parser) pair on stdout, one per line:
 
     {"parser": NAME, "ok": bool, "detail": str, "parses": [names that parse it], "completion": str}
 
-Usage: python -m rlkit.validate._parser_probe MODEL_DIR PARSER
+Usage: python -m rlkit.validate._parser_probe MODEL_DIR PARSER [MODEL_DIR PARSER ...]
 """
 
 from __future__ import annotations
@@ -97,12 +97,12 @@ async def probe(model_dir: str, parser_name: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if not argv or len(argv) % 2:
         print(__doc__, file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    verdict = asyncio.run(probe(argv[0], argv[1]))
-    print(json.dumps(verdict))
+    for model_dir, parser in zip(argv[::2], argv[1::2], strict=True):
+        print(json.dumps(asyncio.run(probe(model_dir, parser))), flush=True)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -42,29 +43,55 @@ def cache_key(model_dir: Path, chat_template: str, parser: str) -> str:
 
 
 def run_probe_subprocess(argv: list[str]) -> str:
+    """Runs the probe for `MODEL PARSER [MODEL PARSER ...]`; returns its stdout (one JSON line per pair)."""
     proc = subprocess.run([sys.executable, "-m", "rlkit.validate._parser_probe", *argv], capture_output=True,
                           text=True, timeout=PROBE_TIMEOUT_S, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"probe exited {proc.returncode}: {' | '.join(tail)}")
-    return proc.stdout.strip().splitlines()[-1]
+    return proc.stdout
+
+
+def _cache_file(cache_dir: Path, model_dir: Path, chat_template: str, parser: str) -> Path:
+    return cache_dir / "parser_probe" / f"{cache_key(model_dir, chat_template, parser)}.json"
+
+
+def _store(cache: Path, verdict: dict) -> None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(verdict))
+    tmp.replace(cache)  # atomic: concurrent preflights never read half a verdict
 
 
 def probe_verdict(ctx: Context, model_dir: Path, chat_template: str, parser: str) -> tuple[dict, bool]:
     """(verdict, from_cache)."""
-    cache = ctx.cache_dir / "parser_probe" / f"{cache_key(model_dir, chat_template, parser)}.json"
+    cache = _cache_file(ctx.cache_dir, model_dir, chat_template, parser)
     if cache.is_file():
         try:
             return json.loads(cache.read_text()), True
         except json.JSONDecodeError:
-            pass  # a torn write: probe again
+            pass  # unreadable: probe again
     runner = ctx.probe_runner or run_probe_subprocess
-    verdict = json.loads(runner([str(model_dir), parser]))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(verdict))
-    tmp.replace(cache)
+    verdict = json.loads(runner([str(model_dir), parser]).strip().splitlines()[-1])
+    _store(cache, verdict)
     return verdict, False
+
+
+def prewarm(pairs: list[tuple[Path, str]], cache_dir: Path) -> int:
+    """Probes every uncached (model dir, parser) pair in ONE subprocess; returns how many were probed."""
+    from rlkit.validate.model import read_chat_template
+
+    todo = []
+    for model_dir, parser in pairs:
+        template = read_chat_template(model_dir)
+        if template is not None and not _cache_file(cache_dir, model_dir, template, parser).is_file():
+            todo.append((model_dir, parser, template))
+    if not todo:
+        return 0
+    lines = run_probe_subprocess([a for m, p, _ in todo for a in (str(m), p)]).strip().splitlines()
+    for (model_dir, parser, template), line in zip(todo, lines[-len(todo):], strict=True):
+        _store(_cache_file(cache_dir, model_dir, template, parser), json.loads(line))
+    return len(todo)
 
 
 def tool_call_parser(ctx: Context) -> list[Finding]:

@@ -7,31 +7,48 @@ from pathlib import Path
 import pytest
 
 from rlkit.validate.findings import Status
-from rlkit.validate.parser_probe import cache_key
+from rlkit.validate.parser_probe import cache_key, prewarm
 
 
 @pytest.fixture(scope="session")
-def probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the session, so each (template, parser) pair is probed once."""
-    return tmp_path_factory.mktemp("probe-cache")
+def probe_cache(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, tiny_hermes_model_dir: Path) -> Path:
+    """Both tiny models probed for real against qwen3_coder, in one probe subprocess."""
+    cache = tmp_path_factory.mktemp("probe-cache")
+    pairs = [(tiny_model_dir, "qwen3_coder"), (tiny_hermes_model_dir, "qwen3_coder")]
+    assert prewarm(pairs, cache) == 2
+    assert prewarm(pairs, cache) == 0  # cached: nothing left to probe
+    return cache
 
 
 def never_spawn(argv: list[str]) -> str:
     raise AssertionError(f"a warm preflight spawned the probe: {argv}")
 
 
-def test_matching_parser_passes_and_warm_run_spawns_nothing(ws, probe_cache: Path) -> None:
+def test_matching_parser_passes_without_spawning_when_cached(ws, probe_cache: Path) -> None:
     cfg = ws.config(TOOL_CALL_PARSER="qwen3_coder")
-    (first,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache).findings
-    assert first.status is Status.OK, first.render()
     (warm,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache, probe_runner=never_spawn).findings
-    assert warm.status is Status.OK and "(cached)" in warm.message
+    assert warm.status is Status.OK and "(cached)" in warm.message, warm.render()
+
+
+def test_cold_check_runs_the_probe_once_and_caches(ws, tmp_path: Path, probe_cache: Path) -> None:
+    """Cold path of the check itself; the runner replays the real verdict recorded in probe_cache."""
+    recorded = next((probe_cache / "parser_probe").glob("*.json")).read_text()
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str]) -> str:
+        calls.append(argv)
+        return recorded
+
+    cfg = ws.config(TOOL_CALL_PARSER="qwen3_coder")
+    for _ in range(2):
+        ws.preflight(cfg, only=["tool_call_parser"], cache_dir=tmp_path / "c", probe_runner=runner)
+    assert calls == [[str(ws.model_dir), "qwen3_coder"]]
 
 
 def test_mismatched_parser_is_fatal_and_names_the_right_one(ws, tiny_hermes_model_dir: Path,
                                                            probe_cache: Path) -> None:
     cfg = ws.config(MODEL_PATH=tiny_hermes_model_dir, TOOL_CALL_PARSER="qwen3_coder")
-    (finding,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache).findings
+    (finding,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache, probe_runner=never_spawn).findings
     assert finding.status is Status.FATAL
     assert "hermes does" in finding.message and finding.fix.startswith("set TOOL_CALL_PARSER=hermes")
     assert finding.key == "TOOL_CALL_PARSER" and finding.where
