@@ -38,10 +38,14 @@ def pack_dir(source: Path, target_dir: str) -> bytes:
 
 
 def _safe_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    # Same as harbor: skip device nodes/FIFOs an agent may leave behind.
+    """tarfile's data filter, but skipping (not failing on) what it rejects: device nodes,
+    FIFOs and links out of the destination an agent may leave in its log dirs."""
     if member.isdev():
         return None
-    return tarfile.data_filter(member, dest)
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 def extract_single_file(data: bytes, target_path: Path) -> None:
