@@ -138,3 +138,26 @@ def test_cli_trial(task_images, tmp_path: Path, capsys):
     assert code == 0, out
     assert "reward=0" in out and "reason=ok" in out
     assert len(list(tmp_path.glob("word-frequency__*/result.json"))) == 1
+
+
+def test_cancelled_trial_still_removes_its_sandbox(task_images, tmp_path: Path):
+    from rlkit.rollout.trial import run_trial
+
+    session = f"cancel-{tmp_path.name}"
+    spec = TrialSpec(task_dir=DATA / "slow-agent", agent="oracle", trials_root=tmp_path, session=session,
+                     agent_timeout_sec=300, environment_kwargs=OFFLINE)
+
+    async def cancel_mid_agent() -> bool:
+        task = asyncio.create_task(run_trial(spec))
+        for _ in range(600):  # wait (up to a minute) until the sandbox exists and the agent runs
+            await asyncio.sleep(0.1)
+            if containers_of(session) and (tmp_path / session / "agent").is_dir():
+                break
+        seen = bool(containers_of(session))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return seen
+
+    assert asyncio.run(cancel_mid_agent()), "the trial never started its sandbox"
+    assert containers_of(session) == []
