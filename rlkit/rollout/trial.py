@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlkit.errors import UserError
 
@@ -63,6 +63,14 @@ class TrialSpec(BaseModel):
                                                description="backend options (network, image, registry, ...)")
     agent_timeout_sec: float | None = Field(default=None, gt=0, description="override [agent].timeout_sec")
     verifier_timeout_sec: float | None = Field(default=None, gt=0, description="override [verifier].timeout_sec")
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_config_to_dict(cls, value: Any) -> Any:
+        # a harbor AgentConfig object: keep it as data (secrets unredacted) so specs stay plain pydantic
+        if isinstance(value, BaseModel):
+            return value.model_dump(context={"redact_sensitive_env": False}, exclude_none=True)
+        return value
 
     def step_dir(self) -> Path:
         if self.trials_dir is not None:

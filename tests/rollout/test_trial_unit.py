@@ -34,6 +34,18 @@ def test_agent_specs():
         agent_config("")
 
 
+def test_spec_accepts_a_harbor_agent_config_with_secrets():
+    from harbor.models.trial.config import AgentConfig
+
+    config = AgentConfig(name="terminus-2", model_name="hosted_vllm/m", env={"OPENAI_API_KEY": "sk-secret"},
+                         kwargs={"api_base": "http://127.0.0.1:8000/v1"})
+    spec = TrialSpec(task_dir=EXAMPLE, agent=config)
+    rebuilt = agent_config(spec.agent)
+    assert rebuilt.name == "terminus-2" and rebuilt.model_name == "hosted_vllm/m"
+    assert rebuilt.env == {"OPENAI_API_KEY": "sk-secret"}
+    assert rebuilt.kwargs == {"api_base": "http://127.0.0.1:8000/v1"}
+
+
 def test_backends():
     assert environment_import_path("docker") == "rlkit.sandbox.docker:DockerEnvironment"
     assert environment_import_path("my.mod:Env") == "my.mod:Env"
