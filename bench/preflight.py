@@ -52,7 +52,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cold = []
         for i in range(args.cold):
-            seconds, rc = timed([*RLKIT, "check", CONFIG], {**env, "RLKIT_CACHE_DIR": f"{tmp}/cold{i}"})
+            seconds, _ = timed([*RLKIT, "check", CONFIG], {**env, "RLKIT_CACHE_DIR": f"{tmp}/cold{i}"})
             cold.append(seconds)
         warm_env = {**env, "RLKIT_CACHE_DIR": f"{tmp}/cold0"}
         warm, codes = zip(*(timed([*RLKIT, "check", CONFIG], warm_env) for _ in range(args.warm)), strict=True)

@@ -173,7 +173,8 @@ def parse_env_text(text: str, path: str) -> EnvFile:
     return result
 
 
-def read_env_file(path: str | Path) -> EnvFile:
+def read_env_file(path: str | Path, display: str | None = None) -> EnvFile:
+    """`display` is the name errors and provenance use (default: the path as given)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -185,4 +186,4 @@ def read_env_file(path: str | Path) -> EnvFile:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p} is not UTF-8 text ({exc.reason})", fix="save the config as UTF-8",
                           file=str(p)) from None
-    return parse_env_text(text, str(path))
+    return parse_env_text(text, display or str(path))

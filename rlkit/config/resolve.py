@@ -70,6 +70,7 @@ class ResolvedConfig:
     type_errors: list[ConfigError] = field(default_factory=list)
     duplicates: list[tuple[Entry, Entry]] = field(default_factory=list)
     bad_keys: set[str] = field(default_factory=set)  # keys that fell back to their default
+    env_near_misses: list[tuple[str, str]] = field(default_factory=list)  # (environment name, process key)
 
     def path(self, key: str) -> Path | None:
         """A path-valued key, absolute (None when empty)."""
@@ -138,6 +139,18 @@ def _expand(values: dict[str, Value], literal: set[str], errors: list[ConfigErro
         return text
 
     return {name: Value(name, expand(name, ()), v.layer, v.where, raw=v.text) for name, v in values.items()}
+
+
+def _env_near_misses(environ: dict[str, str]) -> list[tuple[str, str]]:
+    """Environment names that look like a misspelt process switch (DRYRUN=1, PREFLIGHT=1)."""
+    out = []
+    for name in environ:
+        if name in PROCESS_KEYS or not name.isupper():
+            continue
+        close = difflib.get_close_matches(name, PROCESS_KEYS, n=1, cutoff=0.8)
+        if close:
+            out.append((name, close[0]))
+    return out
 
 
 def _file(value: Value) -> str | None:
@@ -225,8 +238,9 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     for axis_key, folder in AXIS_KEYS.items():
         module = tdir / folder / f"{pre[axis_key].text}.env"
         if module.is_file():
-            env = read_env_file(module)
-            axis_files.append(str(module))
+            shown = str(module.relative_to(root)) if module.is_relative_to(root) else str(module)
+            env = read_env_file(module, display=shown)
+            axis_files.append(shown)
             apply(env, Layer.AXIS)
     out.layer_files[Layer.AXIS] = axis_files
     apply(run_file, Layer.RUN)
@@ -235,6 +249,7 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
             values[name] = Value(name, environ[name], Layer.PROCESS, "environment")
             literal.add(name)  # the environment is taken as is, never expanded
 
+    out.env_near_misses = _env_near_misses(environ)
     out.values = _expand(values, literal, out.errors)
     out.config, out.bad_keys = _typed(out.values, out.type_errors)
     return out

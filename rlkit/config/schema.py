@@ -18,7 +18,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Layer(StrEnum):
@@ -97,6 +97,10 @@ class ResumeMode(StrEnum):
     DISABLE = "disable"
 
 
+# verl.utils.tracking.Tracking.supported_backend (verl 0.9.1)
+LOGGERS: tuple[str, ...] = ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "vemlp_wandb",
+                            "clearml", "trackio", "rl_insight")
+
 D, S, A, R, P = Layer.DEFAULT, Layer.SITE, Layer.AXIS, Layer.RUN, Layer.PROCESS
 
 
@@ -154,7 +158,8 @@ class RunConfig(BaseModel):
     PARAM_SYNC_STEPS: int = key(1, "separate_async: weight sync every N mini-batches; TRAIN_BSZ must equal "
                                    "PARAM_SYNC_STEPS x MINI_BSZ.", R)
     MAX_OFF_POLICY: int = key(4, "async: maximum policy versions a trajectory may span.", R, A)
-    LOGGER: str = key("console,file", "Comma-separated loggers: console, wandb, tensorboard, file.", R, S)
+    LOGGER: str = key("console,file", "Comma-separated verl loggers: console, file, wandb, tensorboard, mlflow, ...",
+                      R, S)
     OUTPUT_DIR: str = key(".", "Where logs/, checkpoints/ and harbor_trials/ are written.", R, S, path=True)
     # --- site (the cluster)
     RAY_HEAD_ADDRESS: str = key("", "IP of the Ray head; the node with this local IP is rank 0 (empty: this node).", S)
@@ -186,6 +191,15 @@ class RunConfig(BaseModel):
                                   "present).", P, path=True)
     RLKIT_CACHE_DIR: str = key("~/.cache/rlkit", "Cache of slow check verdicts (the tool-call parser probe).", P,
                                path=True)
+
+    @field_validator("LOGGER")
+    @classmethod
+    def _known_loggers(cls, value: str) -> str:
+        names = [x.strip() for x in value.split(",") if x.strip()]
+        unknown = [x for x in names if x not in LOGGERS]
+        if unknown:
+            raise ValueError(f"unknown logger(s) {', '.join(unknown)}; verl knows {', '.join(LOGGERS)}")
+        return ",".join(names)
 
 
 FIELDS = RunConfig.model_fields

@@ -89,6 +89,7 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("unknown_key", Phase.STATIC, "every key is known", "rlkit.validate.static:unknown_key"),
     ("key_layer", Phase.STATIC, "keys set in their own layer", "rlkit.validate.static:key_layer"),
     ("types", Phase.STATIC, "values have the declared types", "rlkit.validate.static:types"),
+    ("logger", Phase.STATIC, "loggers are known and have their credentials", "rlkit.validate.static:logger"),
     ("names", Phase.STATIC, "PROJECT_NAME / EXP_NAME are safe path names", "rlkit.validate.static:names"),
     ("topology", Phase.STATIC, "NNODES = N_NODES_TRAIN + N_NODES_ROLLOUT", "rlkit.validate.static:topology"),
     ("parallelism", Phase.STATIC, "SP_SIZE and ROLLOUT_TP divide their worlds", "rlkit.validate.static:parallelism"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 
 from rlkit.config.resolve import CHANGEME
 from rlkit.config.schema import KEYS, Algorithm, Layer, TrainingMode, VerlTrainerMode, home_layer, key_layers
@@ -44,6 +45,9 @@ def unknown_key(ctx: Context) -> list[Finding]:
         fix = f"did you mean {close[0]}?" if close else "remove it; docs/configuration.md lists every key"
         out.append(fatal("unknown_key", f"unknown key {entry.key} in the {layer.value} layer", fix,
                          key=entry.key, where=entry.where))
+    for name, meant in ctx.resolved.env_near_misses:
+        out.append(warn("unknown_key", f"environment variable {name} is not read (only process switches are)",
+                        f"did you mean {meant}?", key=name, where="environment"))
     return out or [ok("unknown_key", "every key is known")]
 
 
@@ -57,6 +61,22 @@ def key_layer(ctx: Context) -> list[Finding]:
         out.append(warn("key_layer", f"{m.entry.key} belongs to the {allowed} layer, but is set in the "
                         f"{m.layer.value} layer", f"move it to {where_to}", key=m.entry.key, where=m.entry.where))
     return out or [ok("key_layer", "every key is set in a layer it belongs to")]
+
+
+def logger(ctx: Context) -> list[Finding]:
+    c = ctx.resolved.config
+    loggers = c.LOGGER.split(",")
+    if "wandb" in loggers and not c.WANDB_API_KEY:
+        netrc = Path.home() / ".netrc"
+        if not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")):
+            return [warn("logger", "LOGGER includes wandb but WANDB_API_KEY is unset and ~/.netrc has no wandb login",
+                         "export WANDB_API_KEY=... before launching (or `wandb login`)", key="WANDB_API_KEY",
+                         where=ctx.resolved.where("LOGGER"))]
+    if "file" not in loggers:
+        return [warn("logger", f"LOGGER={c.LOGGER} has no file logger: step metrics reach disk only through "
+                     "the console log", "add file to LOGGER (writes logs/<exp>.jsonl)", key="LOGGER",
+                     where=ctx.resolved.where("LOGGER"))]
+    return [ok("logger", f"loggers: {c.LOGGER}")]
 
 
 def types(ctx: Context) -> list[Finding]:

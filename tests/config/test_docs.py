@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from rlkit.config import docs
-from rlkit.config.schema import KEYS, FIELDS, key_layers
+from rlkit.config.schema import FIELDS, KEYS, key_layers
 
 
 def test_configuration_doc_is_fresh() -> None:
@@ -17,7 +17,7 @@ def test_doc_lists_every_key_with_its_layers() -> None:
         assert FIELDS[name].description.split(";")[0].replace("|", "\\|") in row
 
 
-def test_check_mode_reports_a_stale_doc(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_check_mode_reports_a_stale_doc(tmp_path, monkeypatch) -> None:
     stale = tmp_path / "configuration.md"
     stale.write_text("# Configuration\nold\n")
     monkeypatch.setattr(docs, "DOC_PATH", stale)

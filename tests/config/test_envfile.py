@@ -11,7 +11,7 @@ from rlkit.config.envfile import parse_env_text, read_env_file
 from rlkit.errors import ConfigError
 
 
-def parse(text: str):  # noqa: ANN201
+def parse(text: str):
     return parse_env_text(text, "cfg.env")
 
 
@@ -70,7 +70,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         read_env_file(tmp_path / "nope.env")
 
 
-def test_hostile_values_never_run(ws, tmp_path: Path) -> None:  # noqa: ANN001
+def test_hostile_values_never_run(ws, tmp_path: Path) -> None:
     """A config full of command substitutions creates nothing, through the reader and the CLI."""
     marker = Path(f"/tmp/rlkit-hostile-{uuid.uuid4().hex}")
     hostile = (f"PROJECT_NAME=$(touch {marker})\nEXP_NAME=`touch {marker}`\n"
@@ -78,10 +78,10 @@ def test_hostile_values_never_run(ws, tmp_path: Path) -> None:  # noqa: ANN001
     cfg = ws.config(text=hostile)
     ws.preflight(cfg)
     proc = subprocess.run([sys.executable, "-m", "rlkit.cli.main", "check", str(cfg)], capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin", **ws.environ()}, cwd=Path(__file__).parents[2])
+                          text=True, env={"PATH": "/usr/bin:/bin", **ws.environ()}, cwd=Path(__file__).parents[2], check=False)
     proc2 = subprocess.run(["bash", "scripts/train/train.sh", str(cfg)], capture_output=True, text=True,
                            env={"PATH": "/usr/bin:/bin", "PREFLIGHT_ONLY": "1", **ws.environ()},
-                           cwd=Path(__file__).parents[2])
+                           cwd=Path(__file__).parents[2], check=False)
     assert not marker.exists()
     assert proc.returncode == 1 and proc2.returncode == 1
     assert "command substitution" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr

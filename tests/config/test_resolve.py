@@ -6,7 +6,7 @@ from rlkit.config.resolve import render_block, resolve
 from rlkit.config.schema import KEYS, Layer, VerlTrainerMode
 
 
-def test_layers_override_in_order(ws) -> None:  # noqa: ANN001
+def test_layers_override_in_order(ws) -> None:
     ws.write_site(MAX_SANDBOXES=7, LOGGER="console")
     cfg = ws.config(TRAINING_MODE="async", NNODES=2, N_NODES_TRAIN=1, N_NODES_ROLLOUT=1, LOGGER="console,file")
     r = resolve(cfg, ws.environ(DRY_RUN="1", PROJECT_NAME="from-env"))
@@ -23,14 +23,14 @@ def test_layers_override_in_order(ws) -> None:  # noqa: ANN001
     assert set(r.values) == set(KEYS)
 
 
-def test_axis_modules_follow_the_axis_values(ws) -> None:  # noqa: ANN001
+def test_axis_modules_follow_the_axis_values(ws) -> None:
     r = resolve(ws.config(SCAFFOLD="cc", MODEL_ENGINE="veomni"), ws.environ())
     assert r.config.HARBOR_AGENT == "claude-code" and r.config.AGENT_API.value == "anthropic"
     assert r.config.VERL_MODEL_ENGINE.value == "veomni"
     assert any(f.endswith("scaffold/cc.env") for f in r.layer_files[Layer.AXIS])
 
 
-def test_references_expand_across_layers(ws) -> None:  # noqa: ANN001
+def test_references_expand_across_layers(ws) -> None:
     ws.write_site(SHARED_DIR="/mnt/shared")
     cfg = ws.config(TRAIN_FILES="${SHARED_DIR}/idx/train.parquet", EXP_NAME="${PROJECT_NAME}-v2",
                     MAX_RESP="${MAX_PROMPT}")
@@ -42,7 +42,7 @@ def test_references_expand_across_layers(ws) -> None:  # noqa: ANN001
     assert r2.config.N_NODES_TRAIN == 3 and not r2.errors
 
 
-def test_bad_references_and_cycles_are_errors(ws) -> None:  # noqa: ANN001
+def test_bad_references_and_cycles_are_errors(ws) -> None:
     r = resolve(ws.config(EXP_NAME="${PROJET_NAME}", LOGGER="${OUTPUT_DIR}", OUTPUT_DIR="${LOGGER}"), ws.environ())
     messages = " | ".join(e.message for e in r.errors)
     assert "${PROJET_NAME} is not a config key" in messages
@@ -51,7 +51,7 @@ def test_bad_references_and_cycles_are_errors(ws) -> None:  # noqa: ANN001
     assert all(e.file and e.line for e in r.errors)
 
 
-def test_type_errors_name_the_line_and_fall_back(ws) -> None:  # noqa: ANN001
+def test_type_errors_name_the_line_and_fall_back(ws) -> None:
     cfg = ws.config(TRAIN_BSZ="lots", SCAFFOLD="claude")
     r = resolve(cfg, ws.environ())
     by_key = {e.key: e for e in r.type_errors}
@@ -61,14 +61,14 @@ def test_type_errors_name_the_line_and_fall_back(ws) -> None:  # noqa: ANN001
     assert r.config.TRAIN_BSZ == 64  # the default, so the other checks still run
 
 
-def test_relative_paths_resolve_against_the_project_root(ws) -> None:  # noqa: ANN001
+def test_relative_paths_resolve_against_the_project_root(ws) -> None:
     repo = Path(__file__).resolve().parents[2]
     r = resolve(repo / "examples" / "configs" / "embedded.env", ws.environ())
     assert r.root == repo
     assert r.path("MODEL_PATH") == repo / ".rlkit" / "models" / "tiny-qwen3"
 
 
-def test_block_lists_every_value_with_its_layer_and_masks_secrets(ws) -> None:  # noqa: ANN001
+def test_block_lists_every_value_with_its_layer_and_masks_secrets(ws) -> None:
     r = resolve(ws.config(), ws.environ(WANDB_API_KEY="sk-abcdefghijklmnop1234"))
     block = render_block(r)
     assert "abcdefgh" not in block and "****1234" in block

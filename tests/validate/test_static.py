@@ -119,3 +119,24 @@ def test_batch_ok_for_async_with_param_sync(ws) -> None:
     cfg = ws.config(TRAINING_MODE="async", NNODES=2, N_NODES_ROLLOUT=1, N_NODES_TRAIN=1, TRAIN_BSZ=8, MINI_BSZ=2,
                     PARAM_SYNC_STEPS=4)
     assert statuses(ws.preflight(cfg, only=["batch"]), "batch") == {Status.OK}
+
+
+def test_logger(ws, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(ws.root))  # no ~/.netrc
+    assert statuses(ws.preflight(ws.config(), only=["logger"]), "logger") == {Status.OK}
+    (f,) = ws.preflight(ws.config(LOGGER="console,file,wandb"), only=["logger"]).by_check("logger")
+    assert f.status is Status.WARN and f.key == "WANDB_API_KEY"
+    env = ws.environ(WANDB_API_KEY="k" * 40)
+    assert statuses(ws.preflight(ws.config(LOGGER="console,file,wandb"), only=["logger"], environ=env),
+                    "logger") == {Status.OK}
+    (f,) = ws.preflight(ws.config(LOGGER="console"), only=["logger"]).by_check("logger")
+    assert f.status is Status.WARN and "file" in f.fix
+    (f,) = ws.preflight(ws.config(LOGGER="console,wandbb"), only=["types"]).by_check("types")
+    assert f.status is Status.FATAL and "wandbb" in f.message
+
+
+def test_misspelt_process_switch_in_the_environment_warns(ws) -> None:
+    report = ws.preflight(ws.config(), only=["unknown_key"], environ=ws.environ(DRYRUN="1", PREFLIGHTONLY="1"))
+    found = {f.key: f for f in report.by_check("unknown_key")}
+    assert found["DRYRUN"].status is Status.WARN and found["DRYRUN"].fix == "did you mean DRY_RUN?"
+    assert found["PREFLIGHTONLY"].fix == "did you mean PREFLIGHT_ONLY?"
