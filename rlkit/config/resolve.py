@@ -166,27 +166,34 @@ def _typed(values: dict[str, Value], errors: list[ConfigError]) -> tuple[RunConf
     """Validate types; keys with a bad type (or CHANGEME) fall back to their default so later checks still run."""
     data = {k: v.text for k, v in values.items()}
     bad = {k for k, v in data.items() if CHANGEME in v}
-    for _ in range(3):
-        attempt = {k: (_default_value(k, data) if k in bad else v) for k, v in data.items()}
+    while True:  # each round only grows `bad`, so this ends
+        attempt = {k: (_default_value(k, data, bad) if k in bad else v) for k, v in data.items()}
         try:
             return RunConfig.model_validate(attempt), bad
         except ValidationError as exc:
+            grew = False
             for err in exc.errors():
                 name = str(err["loc"][0]) if err["loc"] else ""
                 if name not in values or name in bad:
                     continue
                 bad.add(name)
+                grew = True
                 v = values[name]
+                if v.layer is Layer.DEFAULT:
+                    continue  # a default that inherits a bad value (${TRAIN_BSZ}): the cause is reported
                 want = FIELDS[name].annotation
                 kind = getattr(want, "__name__", str(want))
                 errors.append(ConfigError(f"{name}={v.text!r} is not a valid {kind}: {err['msg']}",
                                           fix=_type_fix(name), key=name, file=_file(v), line=_line(v)))
-    raise ConfigError("config could not be validated", fix="fix the errors above")
+            if not grew:
+                raise ConfigError(f"built-in defaults do not validate: {exc}", fix="report this as an rlkit bug")
 
 
-def _default_value(name: str, data: dict[str, str]) -> str:
+def _default_value(name: str, data: dict[str, str], bad: set[str]) -> str:
+    """The default, with ${KEY} taken from the config unless that key is bad too."""
     text = default_text(name)
-    return REF_RE.sub(lambda m: data.get(m.group(1), ""), text)
+    return REF_RE.sub(lambda m: _default_value(m.group(1), data, bad) if m.group(1) in bad
+                      else data.get(m.group(1), ""), text)
 
 
 def _type_fix(name: str) -> str:

@@ -75,3 +75,9 @@ def test_block_lists_every_value_with_its_layer_and_masks_secrets(ws) -> None:
     for name in KEYS:
         assert f"  {name} " in block
     assert "[process environment]" in block and "[default]" in block
+
+
+def test_a_bad_value_inherited_through_a_default_reference_is_reported_once(ws) -> None:
+    r = resolve(ws.config(TRAIN_BSZ="lots", MINI_BSZ=None, NNODES="two", N_NODES_TRAIN=None), ws.environ())
+    assert sorted(e.key for e in r.type_errors) == ["NNODES", "TRAIN_BSZ"]
+    assert (r.config.TRAIN_BSZ, r.config.MINI_BSZ, r.config.NNODES, r.config.N_NODES_TRAIN) == (64, 64, 1, 1)
