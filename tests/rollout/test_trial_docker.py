@@ -15,12 +15,13 @@ from tests.rollout.conftest import DATA, EXAMPLES, containers_of
 pytestmark = pytest.mark.docker
 
 DEFAULT_TASKS = ["slugify-trailing-dash", "lru-cache-recency", "calc-power-unary"]
-OFFLINE = {"network": "none"}  # the tasks need no network; keeps the tests off docker's bridge
+OFFLINE = {"network": "none"}  # the test-data tasks need no network; keeps them off docker's bridge
 
 
 def _sweep(root: Path, tasks: list[str], step: int) -> dict[tuple[str, str], TrialOutcome]:
+    # no network kwarg: the sandbox follows the task's own network_mode (no-network)
     specs = [TrialSpec(task_dir=EXAMPLES / task, agent=agent, trials_root=root, project="proj", experiment="exp",
-                       step=step, session=f"{task}__{agent}", environment_kwargs=OFFLINE) for task in tasks for agent in ("oracle", "nop")]
+                       step=step, session=f"{task}__{agent}") for task in tasks for agent in ("oracle", "nop")]
     outcomes = asyncio.run(run_trials(specs, max_concurrency=4))
     return {(spec.task_dir.name, str(spec.agent)): outcome for spec, outcome in zip(specs, outcomes, strict=True)}
 
