@@ -93,18 +93,18 @@ class ProxyCore:
             session.sampling_overrides.update(overrides)
         session.sampling_overrides = {k: v for k, v in session.sampling_overrides.items() if v is not None}
 
-    def trajectory(self, session_id: str) -> dict[str, Any] | None:
+    def trajectory(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
         session = self.sessions.peek(session_id)
-        return session.trajectory() if session is not None else None
+        return session.trajectory(calls=calls) if session is not None else None
 
-    def close_session(self, session_id: str) -> dict[str, Any] | None:
+    def close_session(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
         """Drop a session and return its final trajectory (None if it never existed)."""
         session = self.sessions.pop(session_id)
         self.router.release(session_id)
         if session is None:
             return None
         session.closed = True
-        return session.trajectory()
+        return session.trajectory(calls=calls)
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         return len(self.renderer.encode_full(messages, tools))

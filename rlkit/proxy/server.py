@@ -6,7 +6,7 @@ Session URL scheme (one session per trial):
 Without the /s/<session> prefix the session comes from the API key (Authorization:
 Bearer K or x-api-key: K) as `session_for_api_key(K)`; keys themselves are never stored
 or logged. Admin endpoints:
-    GET  /s/<session>/trajectory         recorded trajectory (segments + calls) as JSON
+    GET  /s/<session>/trajectory         recorded trajectory as JSON (?calls=full|delta|none)
     POST /s/<session>/sampling           JSON object of sampling overrides for the session
     POST /s/<session>/close              drop the session, answer its final trajectory
     GET  /sessions, GET /health
@@ -92,7 +92,11 @@ class ProxyApp:
         return _json({"sessions": self.core.sessions.ids()})
 
     async def trajectory(self, request: Any) -> Any:
-        data = self.core.trajectory(request.match_info["session"])
+        calls = request.query.get("calls", "full")
+        if calls not in ("full", "delta", "none"):
+            return _json({"error": {"message": "calls must be full, delta or none", "type": "invalid_request_error"}},
+                         400)
+        data = self.core.trajectory(request.match_info["session"], calls=calls)
         if data is None:
             return _json({"error": {"message": "no such session", "type": "not_found"}}, 404)
         return _json(data)
@@ -106,7 +110,9 @@ class ProxyApp:
         return _json({"session_id": sid, "sampling_overrides": self.core.sessions.get(sid).sampling_overrides})
 
     async def close(self, request: Any) -> Any:
-        data = self.core.close_session(request.match_info["session"])
+        calls = request.query.get("calls", "full")
+        data = self.core.close_session(request.match_info["session"],
+                                       calls=calls if calls in ("full", "delta", "none") else "full")
         if data is None:
             return _json({"error": {"message": "no such session", "type": "not_found"}}, 404)
         return _json(data)
@@ -224,11 +230,13 @@ class ProxyServer:
         await self.stop()
 
     # in-process session API
-    def trajectory(self, session_id: str) -> dict[str, Any] | None:
-        return self.core.trajectory(session_id)
+    def trajectory(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
+        """Segments + flags (+ per-call records, see Session.trajectory) of a live session."""
+        return self.core.trajectory(session_id, calls=calls)
 
-    def close_session(self, session_id: str) -> dict[str, Any] | None:
-        return self.core.close_session(session_id)
+    def close_session(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
+        """Drop a session (frees its memory and replica slot) and return its final trajectory."""
+        return self.core.close_session(session_id, calls=calls)
 
     def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
         self.core.set_session_sampling(session_id, overrides, replace=replace)

@@ -64,8 +64,14 @@ class Session:
     def full_prompt_ids(self, call_index: int) -> list[int]:
         return full_prompt_ids(self.calls, call_index)
 
-    def trajectory(self, *, include_calls: bool = True) -> dict[str, Any]:
-        """JSON-able export: segments for training plus per-call records and flags."""
+    def trajectory(self, *, calls: str = "full") -> dict[str, Any]:
+        """JSON-able export: segments for training plus per-call records and flags.
+
+        calls="full": each call with its whole prompt (easy to consume, quadratic in size);
+        "delta": each call's prompt as only the ids after its `parent` call; "none": no calls.
+        """
+        if calls not in ("full", "delta", "none"):
+            raise ValueError(f"calls must be full, delta or none, not {calls!r}")
         assembly = assemble(self.calls)
         out: dict[str, Any] = {
             "session_id": self.session_id,
@@ -78,8 +84,10 @@ class Session:
             "closed": self.closed,
             "segments": [s.to_json() for s in assembly.segments],
         }
-        if include_calls:
+        if calls == "full":
             out["calls"] = [c.to_json(self.full_prompt_ids(c.index)) for c in self.calls]
+        elif calls == "delta":
+            out["calls"] = [c.to_json() for c in self.calls]
         return out
 
 

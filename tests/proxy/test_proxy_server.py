@@ -77,6 +77,7 @@ def test_openai_tool_call_then_tool_result_is_one_segment(tiny_model_dir: Path) 
                 second = (await client.post("/chat/completions", json={"model": "m", "messages": messages,
                                                                         "tools": TOOLS})).json()
                 assert second["choices"][0]["message"]["content"] == "done"
+                compact = (await client.get(proxy.session_url("t1") + "/trajectory?calls=delta")).json()
             # The second prompt sent to vLLM is the first prompt + the sampled ids + the new turn, verbatim.
             p0, p1 = fake.requests[0]["prompt"], fake.requests[1]["prompt"]
             traj = proxy.trajectory("t1")
@@ -90,6 +91,11 @@ def test_openai_tool_call_then_tool_result_is_one_segment(tiny_model_dir: Path) 
             assert seg["response_mask"] == [1] * n0 + [0] * inserted + [1] * n1
             assert seg["response_logprobs"][n0:n0 + inserted] == [0.0] * inserted
             assert traj["calls"][0]["tool_calls"][0]["name"] == "bash"
+            # The compact form stores only the ids after the parent call.
+            assert compact["calls"][1]["parent"] == 0
+            assert compact["calls"][1]["prompt_ids"] == p1[len(p0) + n0:]
+            final = proxy.close_session("t1", calls="none")
+            assert "calls" not in final and final["closed"] and proxy.trajectory("t1") is None
     run(body())
 
 

@@ -83,6 +83,10 @@ def test_start_wait_logs_and_stop_the_whole_group(tmp_path: Path, monkeypatch: p
         assert _alive(grandchild)
         assert (tmp_path / "scratch" / f"exp1_{server.port}" / "cache").is_dir()
     assert not server.healthy()
+    for _ in range(100):  # signal delivery to the group is asynchronous
+        if not _alive(grandchild):
+            break
+        time.sleep(0.05)
     assert not _alive(grandchild)  # stopped with the process group, not orphaned
     full = (tmp_path / "logs" / "exp1_vllm_server.log").read_text()
     throughput = (tmp_path / "logs" / "exp1_vllm.log").read_text().splitlines()
@@ -99,3 +103,12 @@ def test_a_server_that_exits_early_is_a_launch_error(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="exited with code 3"), VllmServer(config):
         pass
     assert "bad model" in (tmp_path / "bad_vllm_server.log").read_text()
+
+
+def test_proxy_cli_rejects_bad_sampling_json(capsys: pytest.CaptureFixture[str]) -> None:
+    from rlkit.cli.main import main
+
+    code = main(["proxy", "serve", "--model-path", "/m", "--upstream", "http://127.0.0.1:1", "--sampling", "{oops"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "✗ FATAL" in err and "--sampling" in err and "Traceback" not in err
