@@ -37,6 +37,11 @@ def test_cleanup_after_kill_9_of_a_process_with_8_sandboxes(tmp_path: Path, base
         assert len(_labelled(docker_api, project)) == 8
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+    except BaseException:
+        from rlkit.ops.cleanup import cleanup
+
+        cleanup(project=project, k8s=False)  # don't leave this test's sandboxes behind on failure
+        raise
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -27,6 +27,12 @@ def test_lifecycle_labels_limits_and_exec(calc_task: Path, tmp_path: Path, docke
 
     async def scenario() -> str:
         await env.start(force_build=False)
+        try:
+            return await checks()
+        finally:
+            await env.stop(delete=True)
+
+    async def checks() -> str:
         cid = env.container_id
         assert cid
         info = _inspect(docker_api, cid)
@@ -48,7 +54,6 @@ def test_lifecycle_labels_limits_and_exec(calc_task: Path, tmp_path: Path, docke
         assert (failing.return_code, failing.stderr, failing.stdout) == (3, "oops\n", None)
         as_nobody = await env.exec("id -un; pwd", user="nobody", cwd="/tmp")
         assert as_nobody.stdout.split() == ["nobody", "/tmp"]
-        await env.stop(delete=True)
         return cid
 
     cid = asyncio.run(scenario())
