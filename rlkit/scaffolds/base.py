@@ -105,6 +105,12 @@ class Scaffold:
         return AgentConfig(import_path=self.agent_import_path, model_name=self.model_name(run),
                            base_url=self.base_url(run), kwargs=kwargs, env=self.agent_env(run))
 
+    def environment_kwargs(self) -> dict[str, Any]:
+        """kwargs for the docker backend (`TrialEnvironmentConfig.kwargs`): the image with
+        this agent baked in, and a network the agent can reach the proxy through."""
+        return {"image_variant": self.name if self.image_recipe is not None else "latest",
+                "network": self.network_mode}
+
     def describe(self) -> dict[str, Any]:
         """Capabilities, for `rlkit check` output and docs."""
         return {"name": self.name, "api_format": self.api_format.value,

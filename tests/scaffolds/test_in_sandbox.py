@@ -1,0 +1,121 @@
+"""Real agent CLIs inside real docker sandboxes, through the real proxy and real vLLM.
+
+Each in-container agent (Claude Code, OpenCode, OpenHands SDK) runs from the image it
+was baked into, reaches the proxy on the host's loopback (network mode host), and
+must make at least one real completion request; the proxy's session must hold the
+token ids and logprobs of every call, and the ATIF trajectory the adapter writes must
+carry exactly those ids. Terminus-2 runs a whole trial (sandbox, agent, verifier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.scaffolds.conftest import TASK_DIR, ProxyStack
+
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
+
+# A plain-text answer ends an agent's turn at once; forcing it keeps each run short
+# and deterministic (the random tiny model would otherwise ramble to the token cap).
+FINAL_ANSWER = {"structured_outputs": {"regex": "I have looked at the task[.]"}, "temperature": 0.0}
+
+
+def _assert_token_record(record: dict) -> list[dict]:
+    calls = record["calls"]
+    assert record["num_calls"] >= 1 and calls, "the agent made no request through the proxy"
+    for call in calls:
+        assert call["prompt_ids"], "a call without prompt ids"
+        assert call["completion_ids"], "a call without completion ids"
+        assert len(call["logprobs"]) == len(call["completion_ids"])
+        assert all(lp <= 0.0 for lp in call["logprobs"])
+    return calls
+
+
+def _assert_trajectory_matches(agent_dir: Path, calls: list[dict]) -> None:
+    trajectory = json.loads((agent_dir / "trajectory.json").read_text())
+    agent_steps = [s for s in trajectory["steps"] if s["source"] == "agent"]
+    assert [s["metrics"]["completion_token_ids"] for s in agent_steps] == [c["completion_ids"] for c in calls]
+    assert [s["metrics"]["prompt_token_ids"] for s in agent_steps] == [c["prompt_ids"] for c in calls]
+    assert [s["metrics"]["logprobs"] for s in agent_steps] == [c["logprobs"] for c in calls]
+
+
+async def _run_in_sandbox(name: str, stack: ProxyStack, session: str, tmp_path: Path) -> Path:
+    """harbor's agent lifecycle (setup, run, log sync) on our docker backend, as Trial runs it."""
+    from harbor.agents.factory import AgentFactory
+    from harbor.agents.installed.base import NonZeroAgentExitCodeError
+    from harbor.models.agent.context import AgentContext
+    from harbor.models.task.task import Task
+    from harbor.models.trial.paths import TrialPaths
+
+    from rlkit.sandbox.docker import DockerEnvironment
+    from rlkit.scaffolds import ScaffoldRun, get_scaffold
+
+    scaffold = get_scaffold(name)
+    task = Task(TASK_DIR)
+    paths = TrialPaths(tmp_path / session)
+    paths.mkdir()
+    run = ScaffoldRun(session=session, model=stack.model, proxy_url=stack.url, max_turns=1)
+    config = scaffold.agent_config(run)
+    env = DockerEnvironment(environment_dir=task.paths.environment_dir, environment_name=task.name,
+                            session_id=session, trial_paths=paths, task_env_config=task.config.environment,
+                            build_missing=False, **scaffold.environment_kwargs())
+    agent = AgentFactory.create_agent_from_config(config, logs_dir=paths.agent_dir)
+    context = AgentContext()
+    await env.start(force_build=False)
+    try:
+        with env.scoped_exec_env(agent.extra_env):
+            await agent.setup(env)
+            try:
+                await agent.run(task.instruction, env, context)
+            except NonZeroAgentExitCodeError:
+                pass  # the CLI may dislike the tiny model's answer; the requests are what count
+        await env.download_dir("/logs/agent", paths.agent_dir)
+        agent.populate_context_post_run(context)
+    finally:
+        await env.stop(delete=True)
+    return paths.agent_dir
+
+
+@pytest.mark.parametrize("name", ["cc", "oc", "ohsdk"])
+def test_agent_cli_calls_policy_through_proxy(name: str, scaffold_stack: ProxyStack,
+                                               baked_images: dict[str, str], tmp_path: Path) -> None:
+    session = f"pytest-{name}-{uuid.uuid4().hex[:8]}"
+    scaffold_stack.set_sampling(session, FINAL_ANSWER)
+    agent_dir = asyncio.run(_run_in_sandbox(name, scaffold_stack, session, tmp_path))
+    calls = _assert_token_record(scaffold_stack.record(session))
+    _assert_trajectory_matches(agent_dir, calls)
+    assert json.loads((agent_dir / "proxy_record.json").read_text())["session_id"] == session
+
+
+# Terminus-2's JSON protocol: a command, then task_complete (asked twice, answered twice).
+TERMINUS_ANSWER = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keystrokes": "ls /app\\\\n", '
+                   '"duration": 0.1\\}\\], "task_complete": true\\}')
+
+
+def test_terminus_trial_runs_to_completion(scaffold_stack: ProxyStack, task_image: str, tmp_path: Path) -> None:
+    from rlkit.rollout.trial import TrialSpec, run_trial
+    from rlkit.scaffolds import ScaffoldRun, get_scaffold
+
+    scaffold = get_scaffold("terminus")
+    session = f"pytest-terminus-{uuid.uuid4().hex[:8]}"
+    scaffold_stack.set_sampling(session, {"structured_outputs": {"regex": TERMINUS_ANSWER}, "temperature": 0.0})
+    run = ScaffoldRun(session=session, model=scaffold_stack.model, proxy_url=scaffold_stack.url, max_turns=4)
+    spec = TrialSpec(task_dir=TASK_DIR, agent=scaffold.agent_config(run), trials_dir=tmp_path, session=session,
+                     environment_kwargs={**scaffold.environment_kwargs(), "build_missing": False})
+    outcome = asyncio.run(run_trial(spec))
+
+    assert outcome.graded, outcome
+    assert outcome.reward == 0.0  # the tiny random policy does not fix the bug
+    assert outcome.exception_type is None, outcome.exception_message
+    calls = _assert_token_record(scaffold_stack.record(session))
+    assert all(call["finish_reason"] == "stop" for call in calls)
+    agent_dir = tmp_path / session / "agent"
+    _assert_trajectory_matches(agent_dir, calls)
+    # Terminus-2's own trajectory (with the tool observations) is kept beside it.
+    own = json.loads((agent_dir / "trajectory.terminus.json").read_text())
+    assert any("ls /app" in json.dumps(step) for step in own["steps"])
