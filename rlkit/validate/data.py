@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rlkit.tasks.schema import REQUIRED_COLUMNS
 from rlkit.validate._parquet_footer import ParquetFooterError, read_footer
-from rlkit.validate.findings import Context, Finding, fatal, ok
+from rlkit.validate.findings import Context, Finding, fatal, ok, skip
 
 BUILD_FIX = "build it with `rlkit index build TASKS_DIR -o FILE.parquet`"
 
@@ -16,6 +16,8 @@ BUILD_FIX = "build it with `rlkit index build TASKS_DIR -o FILE.parquet`"
 def _check_index(ctx: Context, name: str) -> Finding:
     where = ctx.resolved.where(name)
     path = ctx.resolved.path(name)
+    if name in ctx.resolved.bad_keys:
+        return skip("data_files", f"{name} is not set (see changeme / types)")
     if path is None:
         return fatal("data_files", f"{name} is empty", f"set {name}; {BUILD_FIX}", key=name, where=where)
     if not path.is_file():

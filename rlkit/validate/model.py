@@ -108,6 +108,8 @@ def model_info(ctx: Context) -> ModelInfo | ModelDirError:
 def model_dir(ctx: Context) -> list[Finding]:
     info = model_info(ctx)
     where = ctx.resolved.where("MODEL_PATH")
+    if "MODEL_PATH" in ctx.resolved.bad_keys:
+        return [skip("model_dir", "MODEL_PATH is not set (see changeme / types)")]
     if isinstance(info, ModelDirError):
         return [fatal("model_dir", info.message, info.fix, key="MODEL_PATH", where=where)]
     out = []

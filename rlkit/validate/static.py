@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlkit.config.resolve import CHANGEME
 from rlkit.config.schema import KEYS, Algorithm, Layer, TrainingMode, VerlTrainerMode, home_layer, key_layers
-from rlkit.validate.findings import Context, Finding, fatal, ok, warn
+from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -91,12 +91,16 @@ def names(ctx: Context) -> list[Finding]:
     for name in ("PROJECT_NAME", "EXP_NAME"):
         value = getattr(c, name)
         where = ctx.resolved.where(name)
+        if name in ctx.resolved.bad_keys:
+            continue  # reported by changeme / types
         if not value:
             out.append(fatal("names", f"{name} is empty", f"set {name} (letters, digits, . _ -)", key=name,
                              where=where))
         elif not SAFE_NAME.fullmatch(value) or value in {".", ".."}:
             out.append(fatal("names", f"{name}={value!r} is not a safe path name", "use letters, digits, '.', "
                              "'_' and '-' only, starting with a letter or digit", key=name, where=where))
+    if not out and ctx.resolved.bad_keys & {"PROJECT_NAME", "EXP_NAME"}:
+        return [skip("names", "PROJECT_NAME / EXP_NAME not set (see changeme)")]
     return out or [ok("names", f"artifacts go under {c.PROJECT_NAME}/{c.EXP_NAME}")]
 
 
