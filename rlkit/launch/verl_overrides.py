@@ -75,7 +75,6 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         f"{ar}.rollout.multi_turn.enable": True,
         f"{ar}.rollout.multi_turn.format": c.TOOL_CALL_PARSER.value,
         f"{ar}.rollout.agent.default_agent_loop": AGENT_LOOP_NAME,
-        f"{ar}.rollout.agent.num_workers": max(1, c.MAX_SANDBOXES),
     })
     if c.ALGORITHM is Algorithm.PPO:
         o["algorithm.adv_estimator"] = "gae"
