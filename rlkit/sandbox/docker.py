@@ -12,7 +12,9 @@ import asyncio
 import base64
 import io
 import json
+import os
 import re
+import shlex
 import tarfile
 import threading
 import time
@@ -76,6 +78,8 @@ class DockerEnvironment(BaseEnvironment):
         if kwargs.get("network_policy") is None and task_env_config is not None:
             # Constructed outside harbor's Trial: the task's own baseline applies.
             kwargs["network_policy"] = task_env_config.resolve_baseline()
+        # A local daemon can bind the trial's log dirs: no download round trips after the agent.
+        kwargs.setdefault("auto_mounting", daemon_is_local())
         super().__init__(*args, **kwargs)
         assert isinstance(self.options, DockerOptions)
         self.opts: DockerOptions = self.options
@@ -87,7 +91,7 @@ class DockerEnvironment(BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        return EnvironmentCapabilities(disable_internet=True)
+        return EnvironmentCapabilities(disable_internet=True, mounted=True)
 
     @classmethod
     def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
@@ -142,7 +146,25 @@ class DockerEnvironment(BaseEnvironment):
             kwargs["memswap_limit"] = f"{int(memory_mb)}m"  # no swap on top of the limit
         if self.opts.extra_hosts:
             kwargs["extra_hosts"] = dict(self.opts.extra_hosts)
+        if self._host_mounts:
+            kwargs["mounts"] = [self._docker_mount(m) for m in self._host_mounts]
         return kwargs
+
+    def _docker_mount(self, mount: dict) -> Any:
+        import docker.types
+
+        kind, source, target = mount["type"], str(mount["source"]), str(mount["target"])
+        read_only = bool(mount.get("read_only"))
+        if kind == "bind":
+            host = Path(source)
+            if (mount.get("bind") or {}).get("create_host_path", True) is not False:
+                host.mkdir(parents=True, exist_ok=True)
+            if not read_only:
+                host.chmod(0o777)  # an agent running as a non-root user writes its logs here
+            return docker.types.Mount(target, str(host.resolve()), type="bind", read_only=read_only)
+        if kind == "volume":
+            return docker.types.Mount(target, source, type="volume", read_only=read_only)
+        raise SandboxError(f"mount type {kind!r} is not supported by the docker backend", mount=str(mount))
 
     def _new_container_name(self) -> str:
         stem = _BAD_NAME.sub("-", self.session_id).strip("-._")[:80] or "trial"
@@ -171,7 +193,9 @@ class DockerEnvironment(BaseEnvironment):
         self._container_id = created["Id"]
         try:
             # The trial's log dirs go in before start (no exec round trip, no race with the first exec).
-            await run_blocking(api.put_archive, self._container_id, "/", self._log_dirs_tar())
+            log_dirs = self._log_dirs_tar()
+            if log_dirs is not None:
+                await run_blocking(api.put_archive, self._container_id, "/", log_dirs)
             await run_blocking(api.start, self._container_id)
         except asyncio.CancelledError:
             await asyncio.shield(self._remove_quietly())
@@ -181,12 +205,16 @@ class DockerEnvironment(BaseEnvironment):
             raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
         await self._upload_environment_dir_after_start()
 
-    def _log_dirs_tar(self) -> bytes:
+    def _log_dirs_tar(self) -> bytes | None:
+        """A tar of the trial's log dirs (mode 777) not already bind-mounted; None if all are."""
+        paths = EnvironmentPaths.for_os(self.os)
+        defaults = {str(paths.agent_dir), str(paths.verifier_dir), str(paths.artifacts_dir)}
+        mounted = {str(m["target"]) for m in self._host_mounts}
+        targets = sorted(({str(t) for t in self._mount_targets(writable_only=True)} | defaults) - mounted)
+        if not targets:
+            return None
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            paths = EnvironmentPaths.for_os(self.os)
-            defaults = {str(paths.agent_dir), str(paths.verifier_dir), str(paths.artifacts_dir)}
-            targets = sorted({str(t) for t in self._mount_targets(writable_only=True)} | defaults)
             now = time.time()
             for target in targets:
                 parts = Path(target.lstrip("/")).parts
@@ -197,6 +225,14 @@ class DockerEnvironment(BaseEnvironment):
                     info.mtime = now
                     tar.addfile(info)
         return buf.getvalue()
+
+    async def prepare_logs_for_host(self) -> None:
+        """Give bind-mounted log files to the host user (only needed when that is not root)."""
+        if not self._host_mounts or os.getuid() == 0 or self._container_id is None:
+            return
+        targets = " ".join(shlex.quote(str(m["target"])) for m in self._host_mounts if not m.get("read_only"))
+        if targets:
+            await self.exec(f"chown -R {os.getuid()}:{os.getgid()} {targets}", user="root", timeout_sec=120)
 
     async def _ensure_image(self, image: str, force_build: bool) -> None:
         from rlkit.sandbox.images import image_exists
@@ -363,6 +399,12 @@ class DockerEnvironment(BaseEnvironment):
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         data = await self._get(source_dir.rstrip("/") or "/")
         await run_blocking(_tar.extract_dir, data, Path(target_dir), True)
+
+
+def daemon_is_local() -> bool:
+    """dockerd runs on this host (unix socket), so host paths can be bind-mounted."""
+    host = os.environ.get("DOCKER_HOST", "")
+    return not host or host.startswith("unix://")
 
 
 def _is_other_user(user: str | int | None) -> bool:

@@ -216,3 +216,24 @@ def test_cancelled_start_leaves_no_container(calc_task: Path, tmp_path: Path, do
 
     asyncio.run(scenario())
     assert docker_api.containers(all=True, filters={"label": f"rlkit.project={project}"}) == []
+
+
+def test_log_dirs_are_bind_mounted_on_a_local_daemon(calc_task: Path, tmp_path: Path) -> None:
+    """The trial's /logs dirs live in the host trial dir: nothing to download after the agent."""
+    mounted = make_env(calc_task, tmp_path)
+    copied = make_env(calc_task, tmp_path, auto_mounting=False)
+
+    async def write_reward(env) -> tuple[bool, str]:
+        await env.start(force_build=False)
+        try:
+            await env.exec("echo 0.5 > /logs/verifier/reward.txt && echo hi > /logs/agent/a.txt", user="nobody")
+            return (env.is_path_mounted("/logs/verifier", env.trial_paths.verifier_dir),
+                    (await env.exec("stat -c %a /logs/agent")).stdout.strip())
+        finally:
+            await env.stop(delete=True)
+
+    assert asyncio.run(write_reward(mounted)) == (True, "777")
+    assert (mounted.trial_paths.verifier_dir / "reward.txt").read_text() == "0.5\n"
+    assert (mounted.trial_paths.agent_dir / "a.txt").read_text() == "hi\n"
+    assert asyncio.run(write_reward(copied)) == (False, "777")
+    assert not (copied.trial_paths.verifier_dir / "reward.txt").exists()
