@@ -79,6 +79,9 @@ def main() -> int:
         print(f"  ✗ {item}")
     print(f"wall {wall:.1f}s  ({args.trials / wall:.2f} trials/s)   per-trial total: median "
           f"{statistics.median(totals):.1f}s, max {max(totals):.1f}s")
+    phases = ("environment_setup", "agent_execution", "verifier")
+    print("per-trial phase medians: " + "  ".join(
+        f"{k}={statistics.median([o.timings.get(k, 0.0) for o in outcomes]):.1f}s" for k in phases))
     print(f"floor: {args.trials} x `docker run --rm IMAGE true` at the same concurrency: {floor_wall:.1f}s "
           f"-> ratio {wall / floor_wall:.2f}x")
     return 0 if not wrong and not leftover else 1
