@@ -106,10 +106,22 @@ class Scaffold:
                            base_url=self.base_url(run), kwargs=kwargs, env=self.agent_env(run))
 
     def environment_kwargs(self) -> dict[str, Any]:
-        """kwargs for the docker backend (`TrialEnvironmentConfig.kwargs`): the image with
-        this agent baked in, and a network the agent can reach the proxy through."""
+        """kwargs for the sandbox backend (`TrialEnvironmentConfig.kwargs`): the image with
+        this agent baked in. In-container agents get the network they reach the proxy by;
+        a host-side agent leaves the task's own network policy alone."""
+        if not self.runs_in_container:
+            return {"image_variant": "latest"}
         return {"image_variant": self.name if self.image_recipe is not None else "latest",
                 "network": self.network_mode}
+
+    def environment_import_path(self, backend: str) -> str:
+        """Sandbox class for `backend`. On docker, in-container agents need the variant
+        that lets harbor's proxy allowlist through (see rlkit.scaffolds.sandbox)."""
+        if backend == "docker" and self.runs_in_container:
+            return "rlkit.scaffolds.sandbox:ProxyDockerEnvironment"
+        from rlkit.sandbox import IMPORT_PATHS
+
+        return IMPORT_PATHS.get(backend, backend)
 
     def describe(self) -> dict[str, Any]:
         """Capabilities, for `rlkit check` output and docs."""

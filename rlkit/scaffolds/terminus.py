@@ -18,8 +18,8 @@ class TerminusScaffold(Scaffold):
     agent_import_path = "rlkit.scaffolds._agents:TerminusAgent"
     api_format = ApiFormat.OPENAI_CHAT
     runs_in_container = False
-    # The agent is on the host; the sandbox itself needs no network.
-    network_mode = "none"
+    # The agent is on the host: the sandbox keeps the task's own network policy.
+    network_mode = "task"
     supports_max_turns = True
 
     def model_name(self, run: ScaffoldRun) -> str:

@@ -130,8 +130,9 @@ def test_terminus_runs_on_host_without_summarisation(tmp_path: Path) -> None:
     assert agent.options.api_base == f"{SESSION_URL}/v1"
     assert agent.options.collect_rollout_details is True
     assert agent._max_episodes == 3
-    assert not scaffold.runs_in_container and scaffold.environment_kwargs() == {
-        "image_variant": "latest", "network": "none"}
+    assert not scaffold.runs_in_container
+    assert scaffold.environment_kwargs() == {"image_variant": "latest"}  # the task's own network policy
+    assert scaffold.environment_import_path("docker") == "rlkit.sandbox.docker:DockerEnvironment"
 
 
 @pytest.mark.parametrize("name", ["cc", "oc", "ohsdk"])
@@ -139,6 +140,8 @@ def test_in_container_agents_use_baked_image_and_host_network(name: str) -> None
     scaffold = get_scaffold(name)
     assert scaffold.runs_in_container
     assert scaffold.environment_kwargs() == {"image_variant": name, "network": "host"}
+    assert scaffold.environment_import_path("docker") == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment"
+    assert scaffold.environment_import_path("k8s") == "rlkit.sandbox.k8s:KubernetesEnvironment"
     assert scaffold.agent_config(RUN).kwargs["skip_install"] is True
 
 

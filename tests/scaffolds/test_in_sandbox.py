@@ -1,10 +1,11 @@
 """Real agent CLIs inside real docker sandboxes, through the real proxy and real vLLM.
 
-Each in-container agent (Claude Code, OpenCode, OpenHands SDK) runs from the image it
-was baked into, reaches the proxy on the host's loopback (network mode host), and
+Every agent runs a whole trial through rlkit's trial runner (harbor's Trial on the
+docker backend). Each in-container agent (Claude Code, OpenCode, OpenHands SDK) runs
+from the image it was baked into, reaches the proxy on the host's loopback (network mode host), and
 must make at least one real completion request; the proxy's session must hold the
 token ids and logprobs of every call, and the ATIF trajectory the adapter writes must
-carry exactly those ids. Terminus-2 runs a whole trial (sandbox, agent, verifier).
+carry exactly those ids. Terminus-2 drives tmux in the sandbox from the host.
 """
 
 from __future__ import annotations
@@ -44,41 +45,17 @@ def _assert_trajectory_matches(agent_dir: Path, calls: list[dict]) -> None:
     assert [s["metrics"]["logprobs"] for s in agent_steps] == [c["logprobs"] for c in calls]
 
 
-async def _run_in_sandbox(name: str, stack: ProxyStack, session: str, tmp_path: Path) -> Path:
-    """harbor's agent lifecycle (setup, run, log sync) on our docker backend, as Trial runs it."""
-    from harbor.agents.factory import AgentFactory
-    from harbor.agents.installed.base import NonZeroAgentExitCodeError
-    from harbor.models.agent.context import AgentContext
-    from harbor.models.task.task import Task
-    from harbor.models.trial.paths import TrialPaths
-
-    from rlkit.sandbox.docker import DockerEnvironment
+def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_turns: int = 1):
+    """One whole trial (sandbox, agent, verifier) through rlkit's trial runner on harbor's Trial."""
+    from rlkit.rollout.trial import TrialSpec, run_trial
     from rlkit.scaffolds import ScaffoldRun, get_scaffold
 
     scaffold = get_scaffold(name)
-    task = Task(TASK_DIR)
-    paths = TrialPaths(tmp_path / session)
-    paths.mkdir()
-    run = ScaffoldRun(session=session, model=stack.model, proxy_url=stack.url, max_turns=1)
-    config = scaffold.agent_config(run)
-    env = DockerEnvironment(environment_dir=task.paths.environment_dir, environment_name=task.name,
-                            session_id=session, trial_paths=paths, task_env_config=task.config.environment,
-                            build_missing=False, **scaffold.environment_kwargs())
-    agent = AgentFactory.create_agent_from_config(config, logs_dir=paths.agent_dir)
-    context = AgentContext()
-    await env.start(force_build=False)
-    try:
-        with env.scoped_exec_env(agent.extra_env):
-            await agent.setup(env)
-            try:
-                await agent.run(task.instruction, env, context)
-            except NonZeroAgentExitCodeError:
-                pass  # the CLI may dislike the tiny model's answer; the requests are what count
-        await env.download_dir("/logs/agent", paths.agent_dir)
-        agent.populate_context_post_run(context)
-    finally:
-        await env.stop(delete=True)
-    return paths.agent_dir
+    run = ScaffoldRun(session=session, model=stack.model, proxy_url=stack.url, max_turns=max_turns)
+    spec = TrialSpec(task_dir=TASK_DIR, agent=scaffold.agent_config(run), trials_dir=tmp_path, session=session,
+                     backend=scaffold.environment_import_path("docker"),
+                     environment_kwargs={**scaffold.environment_kwargs(), "build_missing": False})
+    return asyncio.run(run_trial(spec))
 
 
 @pytest.mark.parametrize("name", ["cc", "oc", "ohsdk"])
@@ -86,8 +63,10 @@ def test_agent_cli_calls_policy_through_proxy(name: str, scaffold_stack: ProxySt
                                                baked_images: dict[str, str], tmp_path: Path) -> None:
     session = f"pytest-{name}-{uuid.uuid4().hex[:8]}"
     scaffold_stack.set_sampling(session, FINAL_ANSWER)
-    agent_dir = asyncio.run(_run_in_sandbox(name, scaffold_stack, session, tmp_path))
+    outcome = _run_trial(name, scaffold_stack, session, tmp_path)
+    assert outcome.graded, outcome  # the verifier ran after the agent
     calls = _assert_token_record(scaffold_stack.record(session))
+    agent_dir = tmp_path / session / "agent"
     _assert_trajectory_matches(agent_dir, calls)
     assert json.loads((agent_dir / "proxy_record.json").read_text())["session_id"] == session
 
@@ -98,16 +77,9 @@ TERMINUS_ANSWER = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"ke
 
 
 def test_terminus_trial_runs_to_completion(scaffold_stack: ProxyStack, task_image: str, tmp_path: Path) -> None:
-    from rlkit.rollout.trial import TrialSpec, run_trial
-    from rlkit.scaffolds import ScaffoldRun, get_scaffold
-
-    scaffold = get_scaffold("terminus")
     session = f"pytest-terminus-{uuid.uuid4().hex[:8]}"
     scaffold_stack.set_sampling(session, {"structured_outputs": {"regex": TERMINUS_ANSWER}, "temperature": 0.0})
-    run = ScaffoldRun(session=session, model=scaffold_stack.model, proxy_url=scaffold_stack.url, max_turns=4)
-    spec = TrialSpec(task_dir=TASK_DIR, agent=scaffold.agent_config(run), trials_dir=tmp_path, session=session,
-                     environment_kwargs={**scaffold.environment_kwargs(), "build_missing": False})
-    outcome = asyncio.run(run_trial(spec))
+    outcome = _run_trial("terminus", scaffold_stack, session, tmp_path, max_turns=4)
 
     assert outcome.graded, outcome
     assert outcome.reward == 0.0  # the tiny random policy does not fix the bug
