@@ -3,8 +3,9 @@
 Runs N trials (default 32) of the bundled tasks through `run_trials`, oracle and nop
 alternating, all at once (max_concurrency = N), and checks that every oracle trial got
 reward 1, every nop trial reward 0, and that no sandbox is left behind. Prints counts,
-the wall time, and the floor: the same number of `docker run --rm IMAGE true` at the same
-concurrency, measured in the same run.
+the wall time, and two floors measured in the same run at the same concurrency: the same
+number of `docker run --rm IMAGE true`, and of `docker run --rm TASK_IMAGE bash /tests/test.sh`
+(the grading work itself, without the trial machinery).
 
     python bench/concurrent_trials.py [--trials 32] [--concurrency 32]
 """
@@ -23,15 +24,23 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rlkit.sandbox.images import task_image_ref
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
 IMAGE = "rlkit/base:bookworm"
 
 
-def floor(n: int, concurrency: int) -> float:
-    def one(_: int) -> None:
-        subprocess.run(["docker", "run", "--rm", "--network", "none", IMAGE, "true"], check=True,
-                       stdout=subprocess.DEVNULL)
+def floor(n: int, concurrency: int, task_dirs: list[Path] | None = None) -> float:
+    """n x `docker run --rm IMAGE true`; with task_dirs, each run executes that task's test.sh instead."""
+    def one(i: int) -> None:
+        if task_dirs is None:
+            cmd = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
+        else:
+            task = task_dirs[i % len(task_dirs)]
+            cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{task / 'tests'}:/tests:ro",
+                   task_image_ref(task.name), "bash", "/tests/test.sh"]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -65,6 +74,7 @@ def main() -> int:
         outcomes = asyncio.run(run_trials(specs, max_concurrency=concurrency))
         wall = time.perf_counter() - started
     floor_wall = floor(args.trials, concurrency)
+    grading_wall = floor(args.trials, concurrency, tasks)
 
     wrong = [(s.task_dir.name, s.agent, o.reward, o.reason, o.exception_type)
              for s, o in zip(specs, outcomes, strict=True)
@@ -84,6 +94,8 @@ def main() -> int:
         f"{k}={statistics.median([o.timings.get(k, 0.0) for o in outcomes]):.1f}s" for k in phases))
     print(f"floor: {args.trials} x `docker run --rm IMAGE true` at the same concurrency: {floor_wall:.1f}s "
           f"-> ratio {wall / floor_wall:.2f}x")
+    print(f"floor: {args.trials} x `docker run --rm TASK_IMAGE bash /tests/test.sh` (the same grading work, no "
+          f"trial machinery): {grading_wall:.1f}s -> ratio {wall / grading_wall:.2f}x")
     return 0 if not wrong and not leftover else 1
 
 
