@@ -34,6 +34,14 @@ from rlkit.errors import SandboxError
 from rlkit.sandbox import _tar
 from rlkit.sandbox._docker_client import api_client, run_blocking
 from rlkit.sandbox._exec_kill import kill_process_tree
+from rlkit.sandbox._exec_session import (
+    ExecSession,
+    SessionBroken,
+    SessionLost,
+    build_script,
+    kill_tree_script,
+    recover_script,
+)
 from rlkit.sandbox.labels import SandboxLabels
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
@@ -64,6 +72,8 @@ class DockerOptions(EnvironmentOptions):
     session: str | None = Field(None, description="label rlkit.session (default: harbor's session id)")
     init: bool = Field(True, description="run docker-init as PID 1 so agent subprocesses are reaped")
     extra_hosts: dict[str, str] = Field(default_factory=dict, description="extra /etc/hosts entries")
+    exec_session: bool = Field(True, description="run root commands through one long-lived shell instead of a "
+                               "`docker exec` each (falls back to docker exec when busy or unavailable)")
 
 
 class DockerEnvironment(BaseEnvironment):
@@ -74,6 +84,8 @@ class DockerEnvironment(BaseEnvironment):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._container_id: str | None = None
         self._container_name: str | None = None
+        self._image_user = ""
+        self._session: ExecSession | None = None
         task_env_config = kwargs.get("task_env_config")
         if kwargs.get("network_policy") is None and task_env_config is not None:
             # Constructed outside harbor's Trial: the task's own baseline applies.
@@ -235,18 +247,16 @@ class DockerEnvironment(BaseEnvironment):
             await self.exec(f"chown -R {os.getuid()}:{os.getgid()} {targets}", user="root", timeout_sec=120)
 
     async def _ensure_image(self, image: str, force_build: bool) -> None:
-        from rlkit.sandbox.images import image_exists
-
         api = api_client()
         prebuilt = bool(self.opts.image or self.task_env_config.docker_image)
-        if not force_build and await run_blocking(image_exists, api, image):
-            return
-        if prebuilt or not self.opts.build_missing:
-            if await run_blocking(image_exists, api, image):
-                return
-            raise SandboxError(f"image {image} is not present locally", image=image,
-                               fix="build it with `rlkit images build` (no registry can be pulled from here)")
-        await run_blocking(self._build_once, api, image, force_build)
+        info = None if force_build and not prebuilt else await run_blocking(_inspect_image, api, image)
+        if info is None:
+            if prebuilt or not self.opts.build_missing:
+                raise SandboxError(f"image {image} is not present locally", image=image,
+                                   fix="build it with `rlkit images build` (no registry can be pulled from here)")
+            await run_blocking(self._build_once, api, image, force_build)
+            info = await run_blocking(_inspect_image, api, image) or {}
+        self._image_user = str((info.get("Config") or {}).get("User") or "")
 
     def _build_once(self, api: Any, image: str, force_build: bool) -> None:
         from rlkit.sandbox.images import build_image, image_exists
@@ -261,6 +271,9 @@ class DockerEnvironment(BaseEnvironment):
             build_image(api, self.environment_dir, image, labels={"rlkit.task": self.environment_name})
 
     async def stop(self, delete: bool) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
         if self._container_id is None:
             return
         if delete:
@@ -301,12 +314,23 @@ class DockerEnvironment(BaseEnvironment):
                    timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
         container = self._require_container()
         user = self._resolve_user(user)
+        cwd = cwd or self.task_env_config.workdir
+        merged_env = self._merge_env(env)
+        session = self._session_for(user)
+        if session is not None and session.try_acquire():
+            try:
+                return await self._exec_in_session(session, command, cwd, merged_env, timeout_sec)
+            except SessionLost as lost:  # the command ran (or runs): collect it, never run it twice
+                return await self._recover_lost(lost, timeout_sec)
+            except SessionBroken as exc:
+                self.logger.debug(f"exec session of {self._container_name} unusable ({exc}); using docker exec")
+            finally:
+                session.release()
         api = api_client()
         try:
             exec_id = (await run_blocking(
                 api.exec_create, container, ["bash", "-c", command], stdout=True, stderr=True,
-                workdir=cwd or self.task_env_config.workdir, environment=self._merge_env(env),
-                user="" if user is None else str(user)))["Id"]
+                workdir=cwd, environment=merged_env, user="" if user is None else str(user)))["Id"]
         except Exception as exc:
             raise SandboxError(f"exec in {self._container_name} failed: {exc}", session=self.session_id) from exc
         run = run_blocking(api_client(long_running=True).exec_start, exec_id, demux=True)
@@ -325,6 +349,61 @@ class DockerEnvironment(BaseEnvironment):
             raise
         info = await run_blocking(api.exec_inspect, exec_id)
         return ExecResult(stdout=_text(stdout), stderr=_text(stderr), return_code=int(info.get("ExitCode") or 0))
+
+    def _session_for(self, user: str | int | None) -> ExecSession | None:
+        """The container's root shell, when this command would run as root anyway."""
+        if not self.opts.exec_session or self._container_id is None:
+            return None
+        effective = self._image_user if user is None else str(user)
+        if effective not in {"", "root", "0"}:
+            return None
+        if self._session is None or self._session.broken:
+            self._session = ExecSession(api_client(), self._container_id)
+        return self._session
+
+    async def _exec_in_session(self, session: ExecSession, command: str, cwd: str | None,
+                               env: dict[str, str] | None, timeout_sec: float | None) -> ExecResult:
+        deadline = time.monotonic() + timeout_sec if timeout_sec else None
+        started: dict[str, int] = {}
+        try:
+            result = await run_blocking(session.run, build_script(command, cwd, env), deadline,
+                                        lambda pid: started.__setitem__("pid", pid))
+        except asyncio.CancelledError:
+            session.close()  # its thread is still reading; the session can't be reused
+            if "pid" in started:
+                await asyncio.shield(self._kill_in_container(started["pid"]))
+            raise
+        if result.return_code is None:
+            await self._kill_in_container(result.pid)
+            raise SandboxExecTimeout(f"command timed out after {timeout_sec} seconds",
+                                     session=self.session_id, timeout_sec=timeout_sec)
+        return ExecResult(stdout=_text(result.stdout or None), stderr=_text(result.stderr or None),
+                          return_code=result.return_code)
+
+    async def _recover_lost(self, lost: SessionLost, timeout_sec: float | None) -> ExecResult:
+        self.logger.debug(f"exec session of {self._container_name} died mid-command; collecting pid {lost.pid}")
+        try:
+            result = await self.exec(recover_script(lost.pid, lost.files), user="root", timeout_sec=timeout_sec)
+        except SandboxExecTimeout:
+            await self._kill_in_container(lost.pid)
+            raise
+        code, out, err = ((result.stdout or "").split(" ") + ["", "", ""])[:3]
+        if not code.strip().lstrip("-").isdigit():
+            raise SandboxError(f"lost the result of a command in {self._container_name}", session=self.session_id)
+        return ExecResult(stdout=_text(base64.b64decode(out) or None), stderr=_text(base64.b64decode(err) or None),
+                          return_code=int(code))
+
+    async def _kill_in_container(self, pid: int | None) -> None:
+        """Kill a session command's process tree (pid as the container sees it)."""
+        if pid is None or self._container_id is None:
+            return
+        api = api_client()
+        try:
+            exec_id = (await run_blocking(api.exec_create, self._container_id,
+                                          ["bash", "-c", kill_tree_script(pid)], user="root"))["Id"]
+            await run_blocking(api.exec_start, exec_id)
+        except Exception as exc:  # noqa: BLE001 — the container may already be gone
+            self.logger.debug(f"killing pid {pid} in {self._container_name} failed: {exc}")
 
     async def _kill_exec(self, exec_id: str) -> None:
         try:
@@ -399,6 +478,15 @@ class DockerEnvironment(BaseEnvironment):
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         data = await self._get(source_dir.rstrip("/") or "/")
         await run_blocking(_tar.extract_dir, data, Path(target_dir), True)
+
+
+def _inspect_image(api: Any, ref: str) -> dict | None:
+    import docker.errors
+
+    try:
+        return api.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def daemon_is_local() -> bool:
