@@ -25,9 +25,11 @@ from harbor.verifier.verifier import Verifier
 # trial_dir -> exception type name of the verifier failure ("CancelledError" = harbor's timeout fired)
 VERIFIER_FAILURES: dict[str, str] = {}
 
-# Kill every process except PID 1, the keep-alive and this shell. Pure bash builtins
-# (no child processes to kill by mistake mid-loop). Under an init (docker --init, tini)
-# the keep-alive is PID 1's oldest child, i.e. the lowest PID whose parent is 1.
+# Kill every process except PID 1, the keep-alive and this shell. Freeze first (SIGSTOP,
+# repeated until no new process shows up), then SIGKILL: a loop whose child is killed
+# first could otherwise start one more step (`sleep 1; echo 1 > reward.txt`). Pure bash
+# builtins, so this shell starts no child of its own. Under an init (docker --init,
+# tini) the keep-alive is PID 1's oldest child, i.e. the lowest PID whose parent is 1.
 _KILL_LEFTOVERS = r"""
 read -r init_comm < /proc/1/comm
 keep=""
@@ -44,11 +46,17 @@ case "$init_comm" in
        done < "$dir/status" 2>/dev/null
      done ;;
 esac
-for dir in /proc/[0-9]*; do
-  pid=${dir#/proc/}
-  case "$pid" in 1|"$$"|"$keep") continue ;; esac
-  kill -9 "$pid" 2>/dev/null
+frozen=" "
+for round in 1 2 3 4 5 6 7 8; do
+  found=0
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    case " 1 $$ $keep$frozen" in *" $pid "*) continue ;; esac
+    if kill -STOP "$pid" 2>/dev/null; then frozen="$frozen$pid "; found=1; fi
+  done
+  [ "$found" = 0 ] && break
 done
+for pid in $frozen; do kill -9 "$pid" 2>/dev/null; done
 true
 """
 

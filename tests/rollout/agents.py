@@ -57,3 +57,22 @@ class CrashingAgent(BaseAgent):
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         raise RuntimeError("agent bug")
+
+
+class PeekingAgent(BaseAgent):
+    """Records whether the hidden tests or the reference solution are visible during its turn."""
+
+    @staticmethod
+    def name() -> str:
+        return "peeking-agent"
+
+    def version(self) -> str:
+        return "1.0.0"
+
+    async def setup(self, environment: BaseEnvironment) -> None:
+        return None
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        await environment.exec(
+            command="mkdir -p /logs/agent; { ls -A /tests /solution 2>&1; echo end; } > /logs/agent/peek.txt",
+            user="root")

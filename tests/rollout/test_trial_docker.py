@@ -73,6 +73,7 @@ def error_outcomes(task_images, tmp_path_factory) -> dict[str, TrialOutcome]:
         "json_reward": TrialSpec(task_dir=DATA / "json-reward", agent="nop"),
         "forged": TrialSpec(task_dir=median, agent="tests.rollout.agents:ForgingAgent"),
         "crash": TrialSpec(task_dir=median, agent="tests.rollout.agents:CrashingAgent"),
+        "peek": TrialSpec(task_dir=median, agent="tests.rollout.agents:PeekingAgent"),
         "bad_task": TrialSpec(task_dir=root / "does-not-exist", agent="nop"),
         "good_neighbour": TrialSpec(task_dir=median, agent="oracle"),
     }
@@ -114,6 +115,17 @@ def test_forged_reward_is_ignored(error_outcomes):
     assert (verifier_dir / "reward.txt").read_text().strip() == "0"
     assert not (verifier_dir / "reward.json").exists()
     assert "failed" in (verifier_dir / "test-stdout.txt").read_text()  # the real tests ran and failed
+
+
+def test_tests_and_solution_are_hidden_during_the_agent_turn(error_outcomes):
+    outcome = error_outcomes["peek"]
+    peek = (outcome.trial_dir / "agent" / "peek.txt").read_text()
+    assert peek.endswith("end\n")
+    assert "test_graded.py" not in peek and "test.sh" not in peek and "solve.sh" not in peek
+    assert "No such file or directory" in peek
+    # ...and the verifier still copied them in afterwards and graded the untouched project
+    assert (outcome.reward, outcome.reason) == (0.0, "ok")
+    assert "failed" in (outcome.trial_dir / "verifier" / "test-stdout.txt").read_text()
 
 
 def test_agent_crash_is_graded_and_cleaned_up(error_outcomes):
