@@ -71,6 +71,9 @@ class ProxyCore:
         self.client = client or UpstreamClient(config.served_model_name or config.model_path,
                                                timeout_s=config.upstream_timeout_s)
         self.sessions = SessionStore()
+        self.stats: dict[str, float] = {"calls": 0, "parse_failures": 0, "context_exceeded": 0,
+                                        "upstream_errors": 0, "continuation_failures": 0, "full_renders": 0,
+                                        "prompt_tokens": 0, "completion_tokens": 0, "upstream_seconds": 0.0}
 
     async def start(self) -> None:
         await self.client.start()
@@ -121,6 +124,8 @@ class ProxyCore:
             if delta is not None:
                 return chain, delta, chain.ids + delta
             session.continuation_failures += 1
+            self.stats["continuation_failures"] += 1
+        self.stats["full_renders"] += 1
         full = self.renderer.encode_full(messages, tools)
         return None, full, full
 
@@ -135,6 +140,7 @@ class ProxyCore:
         window = self.config.max_model_len
         room = window - len(prompt_ids)
         if room <= 0:
+            self.stats["context_exceeded"] += 1
             session.add_reason("context_exceeded")
             raise ContextExceededError(f"prompt is too long: {len(prompt_ids)} tokens > {window - 1} maximum",
                                        prompt_tokens=len(prompt_ids), max_tokens=window)
@@ -150,7 +156,11 @@ class ProxyCore:
         try:
             out = await self.client.complete(replica, prompt_ids, params)
         except ContextExceededError:
+            self.stats["context_exceeded"] += 1
             session.add_reason("context_exceeded")
+            raise
+        except UpstreamError:
+            self.stats["upstream_errors"] += 1
             raise
         latency = time.perf_counter() - started
         completion, logprobs = out["token_ids"], out["logprobs"]
@@ -164,12 +174,18 @@ class ProxyCore:
         parsed: ParsedCompletion = await self.parser.parse(body_ids, text, tools, tkey)
 
         index = len(session.calls)
+        stats = self.stats
+        stats["calls"] += 1
+        stats["parse_failures"] += parsed.parse_failure
+        stats["prompt_tokens"] += len(prompt_ids)
+        stats["completion_tokens"] += len(completion)
+        stats["upstream_seconds"] += latency
         finish = "tool_calls" if parsed.tool_calls else ("length" if out["finish_reason"] == "length" else "stop")
         session.calls.append(CallRecord(
             index=index, parent=parent.last_call if parent else None, prompt_ids=new_prompt,
             completion_ids=completion, logprobs=logprobs, finish_reason=finish,
             tool_calls=[{"name": c["name"], "arguments": c["arguments"]} for c in parsed.tool_calls],
-            parse_failure=parsed.parse_failure, latency_s=latency, upstream=replica.base_url))
+            content=parsed.content, parse_failure=parsed.parse_failure, latency_s=latency, upstream=replica.base_url))
         reply = {"role": "assistant", "content": parsed.content,
                  "tool_calls": [{"function": {"name": c["name"], "arguments": c["arguments"]}}
                                 for c in parsed.tool_calls]}

@@ -8,8 +8,9 @@ Bearer K or x-api-key: K) as `session_for_api_key(K)`; keys themselves are never
 or logged. Admin endpoints:
     GET  /s/<session>/trajectory         recorded trajectory as JSON (?calls=full|delta|none)
     POST /s/<session>/sampling           JSON object of sampling overrides for the session
+                                         (merged; ?replace=1 replaces; a null value removes a key)
     POST /s/<session>/close              drop the session, answer its final trajectory
-    GET  /sessions, GET /health
+    GET  /sessions, GET /stats (counters), GET /health (503 when no vLLM replica answers)
 """
 
 from __future__ import annotations
@@ -79,10 +80,23 @@ class ProxyApp:
         app.router.add_post("/s/{session}/close", self.close)
         app.router.add_get("/sessions", self.sessions)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/stats", self.stats)
         return app
 
     async def health(self, request: Any) -> Any:
-        return _json({"status": "ok", "upstreams": [r.base_url for r in self.core.router.replicas]})
+        """200 only while at least one vLLM replica answers: a proxy whose backends are gone is not healthy."""
+        replicas = self.core.router.replicas
+        if request.query.get("deep", "1") == "0":
+            return _json({"status": "ok", "upstreams": {r.base_url: None for r in replicas}})
+        states = await asyncio.gather(*(self.core.client.healthy(r) for r in replicas))
+        ok = any(states)
+        return _json({"status": "ok" if ok else "no healthy upstream",
+                      "upstreams": {r.base_url: s for r, s in zip(replicas, states, strict=True)}},
+                     200 if ok else 503)
+
+    async def stats(self, request: Any) -> Any:
+        return _json({**self.core.stats, "sessions": len(self.core.sessions.ids()),
+                      "in_flight": {r.base_url: r.in_flight for r in self.core.router.replicas}})
 
     async def models(self, request: Any) -> Any:
         return _json({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "rlkit",
@@ -106,7 +120,7 @@ class ProxyApp:
         if not isinstance(body, dict):
             return _json({"error": {"message": "expected a JSON object", "type": "invalid_request_error"}}, 400)
         sid = request.match_info["session"]
-        self.core.set_session_sampling(sid, body)
+        self.core.set_session_sampling(sid, body, replace=request.query.get("replace", "0") == "1")
         return _json({"session_id": sid, "sampling_overrides": self.core.sessions.get(sid).sampling_overrides})
 
     async def close(self, request: Any) -> Any:

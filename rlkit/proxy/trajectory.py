@@ -29,6 +29,7 @@ class CallRecord:
     logprobs: list[float]
     finish_reason: str = "stop"
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    content: str = ""  # the reply text the agent received (tool calls excluded)
     parse_failure: bool = False
     latency_s: float = 0.0
     upstream: str = ""
@@ -42,6 +43,7 @@ class CallRecord:
             "logprobs": self.logprobs,
             "finish_reason": self.finish_reason,
             "tool_calls": self.tool_calls,
+            "content": self.content,
             "parse_failure": self.parse_failure,
             "latency_s": round(self.latency_s, 6),
             "upstream": self.upstream,

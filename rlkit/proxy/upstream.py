@@ -81,6 +81,16 @@ class UpstreamClient:
                 return int(model["max_model_len"])
         return None
 
+    async def healthy(self, replica: Replica, timeout_s: float = 2.0) -> bool:
+        import aiohttp
+
+        try:
+            async with self._http.get(replica.base_url + "/health",
+                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return False
+
     async def complete(self, replica: Replica, prompt_ids: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
         """One token-in/token-out completion. Returns vLLM's first choice plus prompt ids."""
         import aiohttp

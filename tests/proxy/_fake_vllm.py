@@ -25,6 +25,7 @@ class FakeVllm:
         self.finish_reason = finish_reason
         self.requests: list[dict[str, Any]] = []
         self.base_url = ""
+        self._runner: web.AppRunner | None = None
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -35,6 +36,9 @@ class FakeVllm:
         return web.Response(body=orjson.dumps({"choices": [choice], "prompt_token_ids": body["prompt"]}),
                             content_type="application/json")
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": self.model, "max_model_len": self.max_model_len}]})
 
@@ -43,12 +47,20 @@ class FakeVllm:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.base_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self._runner = runner
         try:
             yield self
         finally:
-            await runner.cleanup()
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Go away (idempotent), as a crashed vLLM would."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -282,18 +282,31 @@ def test_api_keys_become_sessions_and_are_never_logged(tiny_model_dir: Path,
     assert session_for_api_key(secret) in out["listed"]
 
 
-def test_models_and_health_endpoints(tiny_model_dir: Path) -> None:
+def test_models_stats_and_health_endpoints(tiny_model_dir: Path) -> None:
     async def body() -> None:
-        async with proxy_on(tiny_model_dir) as (proxy, _):
-            async with httpx.AsyncClient(base_url=proxy.url) as client:
-                models = (await client.get("/s/x/v1/models")).json()
-                plain = (await client.get("/v1/models")).json()
-                health = (await client.get("/health")).json()
-                missing = await client.get("/s/nope/trajectory")
+        fake = FakeVllm(lambda prompt, body: [5, 2])
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(fake.running())
+            config = ProxyConfig(model_path=str(tiny_model_dir), upstreams=[fake.base_url], port=0,
+                                 served_model_name="tiny")
+            proxy = await stack.enter_async_context(ProxyServer(config))
+            client = await stack.enter_async_context(httpx.AsyncClient(base_url=proxy.url))
+            models = (await client.get("/s/x/v1/models")).json()
+            plain = (await client.get("/v1/models")).json()
+            await client.post("/s/x/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+            stats = (await client.get("/stats")).json()
+            health = await client.get("/health")
+            missing = await client.get("/s/nope/trajectory")
+            await fake.stop()
+            gone = await client.get("/health")
         assert models["data"][0]["id"] == "tiny" and plain == models
-        assert health["status"] == "ok"
+        assert stats["calls"] == 1 and stats["completion_tokens"] == 2 and stats["sessions"] == 1
+        assert health.status_code == 200 and health.json()["upstreams"] == {fake.base_url: True}
         assert missing.status_code == 404
+        # vLLM gone: the proxy must not look healthy (a stale proxy on 8002 would fool a launcher).
+        assert gone.status_code == 503 and gone.json()["upstreams"] == {fake.base_url: False}
     run(body())
+
 
 
 def test_window_is_clamped_to_what_vllm_serves(tiny_model_dir: Path) -> None:
