@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -13,7 +14,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("-o", "--output", required=True, metavar="FILE.parquet")
     build.add_argument("--split", default="train", choices=["train", "val", "test"],
                        help="split of the rows written (with --val-fraction: which part to write)")
-    build.add_argument("--registry", default=None, help="registry prefix of task images (REGISTRY in site.env)")
+    build.add_argument("--registry", default=os.environ.get("REGISTRY") or None,
+                       help="registry prefix of task images (default $REGISTRY, as `rlkit images build`)")
     build.add_argument("--val-fraction", type=float, default=None,
                        help="hold out this fraction as val; run once with --split train, once with --split val")
     build.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
