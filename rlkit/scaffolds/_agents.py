@@ -81,6 +81,24 @@ class TokenRecordMixin:
         # trajectory.json; keep it aside and put the token-exact one in its place.
         super().populate_context_post_run(context)  # type: ignore[misc]
         self._write_token_trajectory()
+        fill_rollout_details(context, self._record)
+
+
+def fill_rollout_details(context: AgentContext, record: dict[str, Any] | None) -> None:
+    """harbor's own place for token ids (result.json agent_result.rollout_details), one
+    entry per proxy call, unless the agent filled it itself."""
+    calls = calls_of(record or {})
+    if not calls or context.rollout_details:
+        return
+    context.rollout_details = [{
+        "prompt_token_ids": [c["prompt_ids"] for c in calls],
+        "completion_token_ids": [c["completion_ids"] for c in calls],
+        "logprobs": [c["logprobs"] for c in calls],
+    }]
+    if context.n_input_tokens is None:
+        context.n_input_tokens = sum(len(c["prompt_ids"]) for c in calls)
+    if context.n_output_tokens is None:
+        context.n_output_tokens = sum(len(c["completion_ids"]) for c in calls)
 
 
 class ClaudeCodeAgent(TokenRecordMixin, ClaudeCode):

@@ -58,3 +58,19 @@ def test_agents_own_trajectory_is_kept_aside_once(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "trajectory.ohsdk.json").read_text()) == native
     written = json.loads((tmp_path / "trajectory.json").read_text())
     assert written["steps"][0]["metrics"]["completion_token_ids"] == [3, 4]
+
+
+def test_rollout_details_filled_from_the_record_unless_the_agent_did() -> None:
+    from harbor.models.agent.context import AgentContext
+
+    from rlkit.scaffolds._agents import fill_rollout_details
+
+    context = AgentContext()
+    fill_rollout_details(context, RECORD)
+    [details] = context.rollout_details
+    assert details["completion_token_ids"] == [[3, 4], [5]]
+    assert details["prompt_token_ids"] == [[1, 2], [1, 2, 3, 4, 9]]
+    assert (context.n_input_tokens, context.n_output_tokens) == (7, 3)
+    own = AgentContext(rollout_details=[{"completion_token_ids": [[8]]}])
+    fill_rollout_details(own, RECORD)
+    assert own.rollout_details == [{"completion_token_ids": [[8]]}]

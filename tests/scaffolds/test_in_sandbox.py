@@ -69,6 +69,9 @@ def test_agent_cli_calls_policy_through_proxy(name: str, scaffold_stack: ProxySt
     agent_dir = tmp_path / session / "agent"
     _assert_trajectory_matches(agent_dir, calls)
     assert json.loads((agent_dir / "proxy_record.json").read_text())["session_id"] == session
+    # harbor's own record of the ids (result.json) agrees.
+    [details] = json.loads((tmp_path / session / "result.json").read_text())["agent_result"]["rollout_details"]
+    assert details["completion_token_ids"] == [c["completion_ids"] for c in calls]
 
 
 # Terminus-2's JSON protocol: a command, then task_complete (asked twice, answered twice).
