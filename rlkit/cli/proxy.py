@@ -21,12 +21,33 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--served-model-name", default=None, help="vLLM's --served-model-name (default: model path)")
     s.add_argument("--max-model-len", type=int, default=32768, help="context window (MAX_PROMPT + MAX_RESP)")
     s.add_argument("--max-response-tokens", type=int, default=None)
+    s.add_argument("--strict-parser-check", action="store_true",
+                   help="refuse to start when the parser cannot read the chat template's tool calls")
     s.add_argument("--sampling", default="{}", help='default sampling params as JSON, e.g. \'{"temperature": 1}\'')
+    c = sub.add_parser("check-parser", help="does TOOL_CALL_PARSER read the chat template's own tool calls?")
+    c.add_argument("--model-path", required=True)
+    c.add_argument("--tool-call-parser", required=True)
     return p
+
+
+def _check_parser(model_path: str, parser_name: str) -> int:
+    import asyncio
+
+    from rlkit.proxy.render import ChatRenderer
+    from rlkit.proxy.toolcalls import ToolCallParser, check_parser_matches_template
+
+    renderer = ChatRenderer.from_path(model_path)
+    result = asyncio.run(check_parser_matches_template(renderer, ToolCallParser(parser_name, renderer.tokenizer)))
+    print(f"{'✓' if result.ok else '✗'} {result.detail}")
+    if not result.ok and result.rendered_call:
+        print(f"  the template renders a tool call as:\n{result.rendered_call}")
+    return 0 if result.ok else 1
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.action == "check-parser":
+        return _check_parser(args.model_path, args.tool_call_parser)
     import asyncio
     import logging
 
@@ -40,7 +61,7 @@ def main(argv: list[str]) -> int:
     config = ProxyConfig(model_path=args.model_path, upstreams=args.upstream, port=args.port, host=args.host,
                          tool_call_parser=args.tool_call_parser, served_model_name=args.served_model_name,
                          max_model_len=args.max_model_len, max_response_tokens=args.max_response_tokens,
-                         default_sampling=sampling)
+                         default_sampling=sampling, strict_parser_check=args.strict_parser_check)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         asyncio.run(serve_forever(config))

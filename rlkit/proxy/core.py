@@ -6,6 +6,7 @@ OpenAI message format (the Anthropic front end translates into it first).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from rlkit.proxy.session import Chain, Session, SessionStore
 from rlkit.proxy.toolcalls import ParsedCompletion
 from rlkit.proxy.trajectory import CallRecord
 from rlkit.proxy.upstream import ReplicaRouter, UpstreamClient
+
+log = logging.getLogger("rlkit.proxy")
 
 # Request fields passed through to vLLM's sampling (OpenAI names plus vLLM extras).
 SAMPLING_KEYS = frozenset({
@@ -39,6 +42,8 @@ class ProxyConfig(BaseModel):
     max_response_tokens: int | None = None  # cap per call; default: what is left of the window
     default_sampling: dict[str, Any] = Field(default_factory=dict)  # under the request's own values
     upstream_timeout_s: float = 3600.0
+    # At start the parser must read the chat template's own tool calls; False: only warn.
+    strict_parser_check: bool = False
 
 
 @dataclass(slots=True)
@@ -71,11 +76,34 @@ class ProxyCore:
         self.client = client or UpstreamClient(config.served_model_name or config.model_path,
                                                timeout_s=config.upstream_timeout_s)
         self.sessions = SessionStore()
+        self.parser_check: dict[str, Any] | None = None
         self.stats: dict[str, float] = {"calls": 0, "parse_failures": 0, "context_exceeded": 0,
                                         "upstream_errors": 0, "continuation_failures": 0, "full_renders": 0,
                                         "prompt_tokens": 0, "completion_tokens": 0, "upstream_seconds": 0.0}
 
+    async def check_parser(self) -> dict[str, Any]:
+        """Does TOOL_CALL_PARSER read the tool calls the chat template renders? (cached)"""
+        if self.parser_check is None:
+            from rlkit.proxy.toolcalls import ToolCallParser, check_parser_matches_template
+
+            if isinstance(self.parser, ToolCallParser):
+                result = await check_parser_matches_template(self.renderer, self.parser)
+                self.parser_check = {"ok": result.ok, "detail": result.detail, "rendered_call": result.rendered_call}
+            else:
+                self.parser_check = {"ok": True, "detail": "custom parser, not checked", "rendered_call": ""}
+        return self.parser_check
+
     async def start(self) -> None:
+        check = await self.check_parser()
+        if not check["ok"]:
+            message = (f"TOOL_CALL_PARSER={self.config.tool_call_parser} does not match the chat template of "
+                       f"{self.config.model_path}: {check['detail']}; every tool call will be a parse failure")
+            if self.config.strict_parser_check:
+                from rlkit.errors import UserError
+
+                raise UserError(message, key="TOOL_CALL_PARSER",
+                                fix="set TOOL_CALL_PARSER to the parser of the model's chat template")
+            log.warning(message)
         await self.client.start()
         # Never promise more context than the replicas serve: clamp to the smallest window.
         windows = [w for w in [await self.client.max_model_len(r) for r in self.router.replicas] if w]

@@ -96,6 +96,7 @@ class ProxyApp:
 
     async def stats(self, request: Any) -> Any:
         return _json({**self.core.stats, "sessions": len(self.core.sessions.ids()),
+                      "parser_check": self.core.parser_check,
                       "in_flight": {r.base_url: r.in_flight for r in self.core.router.replicas}})
 
     async def models(self, request: Any) -> Any:

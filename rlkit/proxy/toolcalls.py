@@ -76,3 +76,46 @@ class ToolCallParser:
         # Fewer calls than opening markers: some markup was not understood.
         failure = len(parsed) == 0 or len(parsed) < text.count("<tool_call>")
         return ParsedCompletion(content=content if parsed else text, tool_calls=parsed, parse_failure=failure)
+
+
+@dataclass(slots=True)
+class ParserCheck:
+    ok: bool
+    detail: str
+    rendered_call: str = ""
+
+
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "run_shell", "description": "Run a shell command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+_PROBE_ARGS = {"command": "ls -la /tmp"}
+
+
+async def check_parser_matches_template(renderer: Any, parser: ToolCallParser) -> ParserCheck:
+    """Render a tool call with the model's own chat template and parse it back with the parser.
+
+    The proxy generates in the template's format, so a parser that cannot read the
+    template's own tool calls will miss every call the model makes (TOOL_CALL_PARSER typo).
+    """
+    import json
+
+    from rlkit.proxy.render import tools_key
+
+    user = [{"role": "user", "content": "list /tmp"}]
+    reply = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "probe", "type": "function", "function": {"name": "run_shell", "arguments": json.dumps(_PROBE_ARGS)}}]}
+    prompt = renderer.render_text(user, _PROBE_TOOLS)
+    whole = renderer.render_text(user + [reply], _PROBE_TOOLS, add_generation_prompt=False)
+    if not whole.startswith(prompt.rstrip()):
+        return ParserCheck(False, "the chat template re-renders earlier turns; cannot isolate the tool call")
+    call_text = whole[len(prompt.rstrip()):]
+    call_text = call_text.split(renderer.eos_text)[0].lstrip("\n")
+    if "run_shell" not in call_text:
+        return ParserCheck(False, "the chat template does not render assistant tool calls", call_text)
+    ids = renderer.encode_text(call_text)
+    parsed = await parser.parse(ids, renderer.decode(ids), _PROBE_TOOLS, tools_key(_PROBE_TOOLS))
+    calls = [(c["name"], json.loads(c["arguments"] or "{}")) for c in parsed.tool_calls]
+    if calls == [("run_shell", _PROBE_ARGS)]:
+        return ParserCheck(True, f"parser {parser.name!r} reads the template's tool calls", call_text)
+    return ParserCheck(False, f"parser {parser.name!r} cannot read the chat template's tool-call format "
+                              f"(parsed {calls or 'nothing'})", call_text)

@@ -314,3 +314,33 @@ def test_window_is_clamped_to_what_vllm_serves(tiny_model_dir: Path) -> None:
         async with proxy_on(tiny_model_dir, max_model_len=8192, served_len=2048) as (proxy, _):
             assert proxy.core.config.max_model_len == 2048
     run(body())
+
+
+def test_parser_template_mismatch_is_detected_at_start(tiny_hermes_model_dir: Path) -> None:
+    from rlkit.errors import UserError
+
+    async def body() -> None:
+        async with proxy_on(tiny_hermes_model_dir, parser="qwen3_coder") as (proxy, _):
+            check = proxy.core.parser_check
+            assert check is not None and check["ok"] is False
+            assert '"name": "run_shell"' in check["rendered_call"]
+        config = ProxyConfig(model_path=str(tiny_hermes_model_dir), upstreams=["http://127.0.0.1:9"], port=0,
+                             tool_call_parser="qwen3_coder", strict_parser_check=True)
+        with pytest.raises(UserError) as err:
+            async with ProxyServer(config):
+                pass
+        assert err.value.key == "TOOL_CALL_PARSER"
+        async with proxy_on(tiny_hermes_model_dir, parser="hermes") as (proxy, _):
+            assert proxy.core.parser_check is not None and proxy.core.parser_check["ok"] is True
+    run(body())
+
+
+def test_check_parser_command(tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlkit.cli.main import main
+
+    assert main(["proxy", "check-parser", "--model-path", str(tiny_model_dir), "--tool-call-parser",
+                 "qwen3_coder"]) == 0
+    assert main(["proxy", "check-parser", "--model-path", str(tiny_model_dir), "--tool-call-parser",
+                 "hermes"]) == 1
+    out = capsys.readouterr().out
+    assert "✓ parser 'qwen3_coder'" in out and "✗ parser 'hermes'" in out
