@@ -14,6 +14,7 @@ from typing import Any
 
 _EXPORTS = {
     "ProxyServer": "rlkit.proxy.server",
+    "BackgroundProxy": "rlkit.proxy.server",
     "ProxyConfig": "rlkit.proxy.core",
     "ProxyCore": "rlkit.proxy.core",
     "session_for_api_key": "rlkit.proxy.session",

@@ -262,3 +262,78 @@ async def serve_forever(config: ProxyConfig) -> None:
         print(f"rlkit proxy on {proxy.url}  (OpenAI base {proxy.url}/s/<session>/v1, "
               f"Anthropic base {proxy.url}/s/<session>)", flush=True)
         await asyncio.Event().wait()
+
+
+class BackgroundProxy:
+    """The proxy on its own event loop in a daemon thread, for synchronous callers.
+
+        with BackgroundProxy(ProxyConfig(...)) as proxy:
+            env = {"ANTHROPIC_BASE_URL": proxy.anthropic_base_url("trial-1")}
+            ...
+            record = proxy.close_session("trial-1")
+
+    Session calls are executed on the proxy's loop, so they never race with requests.
+    """
+
+    def __init__(self, config: ProxyConfig, *, start_timeout_s: float = 300.0) -> None:
+        self.server = ProxyServer(config)
+        self._timeout = start_timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: Any = None
+
+    def start(self) -> BackgroundProxy:
+        import threading
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rlkit-proxy", daemon=True)
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(self._timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(60)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+            self._loop.close()
+            self._loop = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _on_loop(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        async def call() -> Any:
+            return fn(*args, **kwargs)
+
+        assert self._loop is not None, "proxy not started"
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(60)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def openai_base_url(self, session_id: str) -> str:
+        return self.server.openai_base_url(session_id)
+
+    def anthropic_base_url(self, session_id: str) -> str:
+        return self.server.anthropic_base_url(session_id)
+
+    def trajectory(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
+        return self._on_loop(self.server.trajectory, session_id, calls=calls)
+
+    def close_session(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
+        return self._on_loop(self.server.close_session, session_id, calls=calls)
+
+    def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
+        self._on_loop(self.server.set_session_sampling, session_id, overrides, replace=replace)

@@ -344,3 +344,35 @@ def test_check_parser_command(tiny_model_dir: Path, capsys: pytest.CaptureFixtur
                  "hermes"]) == 1
     out = capsys.readouterr().out
     assert "✓ parser 'qwen3_coder'" in out and "✗ parser 'hermes'" in out
+
+
+def test_background_proxy_serves_synchronous_callers(tiny_model_dir: Path) -> None:
+    from rlkit.proxy import BackgroundProxy
+
+    async def upstream_and_calls(stop: asyncio.Event, ready: Any) -> None:
+        fake = FakeVllm(lambda prompt, body: [5, 6, 2])
+        async with fake.running():
+            ready.set_result(fake.base_url)
+            await stop.wait()
+
+    import threading
+    from concurrent.futures import Future
+
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    ready: Future = Future()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(upstream_and_calls(stop, ready)))
+    thread.start()
+    try:
+        config = ProxyConfig(model_path=str(tiny_model_dir), upstreams=[ready.result(30)], port=0)
+        with BackgroundProxy(config) as proxy:
+            proxy.set_session_sampling("sync", {"temperature": 0})
+            resp = httpx.post(proxy.openai_base_url("sync") + "/chat/completions", trust_env=False, timeout=30,
+                              json={"messages": [{"role": "user", "content": "hi"}]})
+            assert resp.status_code == 200
+            record = proxy.close_session("sync")
+        assert record is not None and record["calls"][0]["completion_ids"] == [5, 6, 2]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
