@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlkit.errors import LaunchError, UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# vLLM's periodic stats line: "... Avg prompt throughput: 1.2 tokens/s, Avg generation throughput: ..."
-THROUGHPUT_LINE = re.compile(r"throughput", re.IGNORECASE)
+# vLLM's periodic stats line: "Engine 000: Avg prompt throughput: 1.2 tokens/s, Avg generation throughput: ..."
+THROUGHPUT_LINE = re.compile(r"Avg (prompt|generation) throughput")
 
 
 class VllmServerConfig(BaseModel):
