@@ -172,7 +172,7 @@ class ProxyCore:
             session.add_reason("context_exceeded")
             raise ContextExceededError(f"prompt is too long: {len(prompt_ids)} tokens > {window - 1} maximum",
                                        prompt_tokens=len(prompt_ids), max_tokens=window)
-        limit = min(x for x in (max_tokens, self.config.max_response_tokens, room) if x is not None)
+        limit = max(1, min(x for x in (max_tokens, self.config.max_response_tokens, room) if x is not None))
         params = {**self.config.default_sampling, **sampling, **session.sampling_overrides, "max_tokens": limit}
         params.pop("n", None)  # one trajectory per session
         stop_ids = getattr(getattr(self.parser, "_parser", None), "stop_token_ids", None)
