@@ -1,22 +1,19 @@
-"""A long-lived root shell inside a container that runs commands without a `docker exec` each.
+"""The container's keep-alive process doubles as a shell that runs commands for us.
 
 Every `docker exec` costs a runc process start (~50 ms here); a trial pays it for each
-verifier step and every agent tool call. The session is one exec, made on first use,
-whose bash reads requests on stdin and answers on stdout:
+verifier step and every agent tool call. Instead, the container's main process (the
+one that keeps it alive) is a small bash loop reading requests on its stdin, which the
+backend holds through `docker attach`:
 
-    hello:    "H <dir>\\n"                                  (once: where outputs are kept)
+    hello:    "H <dir>\\n" (ready) or "N\\n" (no base64/mktemp here: use docker exec)
     request:  "<id> <base64 script>\\n"
     answers:  "S <id> <pid>\\n"                               (command started)
               "R <id> <exit code> <base64 stdout> <base64 stderr>\\n"   (command done)
 
-One command at a time: a caller that finds the session busy (or a command for another
-user, or an image without bash/base64) uses a plain `docker exec`. A command past its
-deadline returns its pid so the caller can kill it; the session is then discarded.
-
-The command runs in its own shell (`eval`, pid <pid>), which writes its exit code to
-<dir>/<id>.rc and its output to <dir>/<id>.o/.e itself. So when something kills the
-session's shell mid-command (a verifier that kills every leftover process, say), the
-command still finishes and `recover_script` collects its result: it never runs twice.
+Being the keep-alive (the first child of the container's init), it is spared by clean-up
+code that kills "every process but init and the keep-alive". One command at a time: a
+caller that finds the session busy, a command for another user, or a session that is
+gone uses a plain `docker exec`. When stdin closes, the loop turns into `sleep infinity`.
 """
 
 from __future__ import annotations
@@ -28,52 +25,48 @@ import shlex
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 _SERVER = r"""exec 2>/dev/null
-d=$(mktemp -d /tmp/.rlkit-exec.XXXXXX) || exit 1
-echo "H $d"
-while IFS=' ' read -r id b64; do
-  script=$(printf %s "$b64" | base64 -d)
-  RLKIT_RC="$d/$id.rc" bash -c "$script" >"$d/$id.o" 2>"$d/$id.e" </dev/null &
-  pid=$!
-  echo "S $id $pid"
-  wait "$pid"; rc=$?
-  echo "R $id $rc $(base64 -w0 <"$d/$id.o") $(base64 -w0 <"$d/$id.e")"
-  rm -f "$d/$id.o" "$d/$id.e" "$d/$id.rc"
-done
+if command -v base64 >/dev/null && d=$(mktemp -d /tmp/.rlkit-exec.XXXXXX); then
+  echo "H $d"
+  while IFS=' ' read -r id b64; do
+    script=$(printf %s "$b64" | base64 -d)
+    # Files per request: a background process the command left behind keeps writing
+    # into its own (then deleted) files, never into the next command's output.
+    bash -c "$script" >"$d/$id.o" 2>"$d/$id.e" </dev/null &
+    pid=$!
+    echo "S $id $pid"
+    wait "$pid"; rc=$?
+    echo "R $id $rc $(base64 -w0 <"$d/$id.o") $(base64 -w0 <"$d/$id.e")"
+    rm -f "$d/$id.o" "$d/$id.e"
+  done
+else
+  echo N
+fi
+exec sleep infinity
 """
+# sh first: an image without bash still gets a keep-alive (and docker exec for commands).
+_BOOT = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$0"; fi; exec sleep infinity'
+HELLO_TIMEOUT_SEC = 30.0
+POLL_SEC = 0.2
 
 
-@dataclass
-class SessionResult:
-    stdout: bytes
-    stderr: bytes
-    return_code: int | None  # None: the deadline passed; `pid` is still running
-    pid: int | None
+def keepalive_command() -> list[str]:
+    """The container command: the session loop, or `sleep infinity` when bash is missing."""
+    return ["sh", "-c", _BOOT, _SERVER]
 
 
-class SessionBroken(Exception):
-    """The session's shell is gone or answered something unexpected; use plain exec."""
-
-
-class SessionLost(SessionBroken):
-    """The shell died after the command started: collect it with `recover_script`, never rerun it."""
-
-    def __init__(self, message: str, pid: int, files: str) -> None:
-        super().__init__(message)
-        self.pid = pid
-        self.files = files  # <dir>/<id>: .o .e .rc
-
-
-def recover_script(pid: int, files: str) -> str:
-    """Wait for a lost command to end, then print "<rc> <base64 stdout> <base64 stderr>"."""
-    f = shlex.quote(files)
-    return (f"while kill -0 {int(pid)} 2>/dev/null; do sleep 0.05; done; "
-            f"printf '%s %s %s' \"$(cat {f}.rc 2>/dev/null || echo 137)\" "
-            f"\"$(base64 -w0 < {f}.o 2>/dev/null)\" \"$(base64 -w0 < {f}.e 2>/dev/null)\"; "
-            f"rm -f {f}.o {f}.e {f}.rc")
+def build_script(command: str, cwd: str | None, env: dict[str, str] | None) -> str:
+    """What `docker exec -w CWD -e K=V ... bash -c COMMAND` runs, as one bash line."""
+    parts = []
+    if cwd:
+        parts.append(f"cd {shlex.quote(cwd)} || exit 126")
+    parts += [f"export {key}={shlex.quote(value)}" for key, value in (env or {}).items()]
+    parts.append(f"exec bash -c {shlex.quote(command)}")
+    return "; ".join(parts)
 
 
 def kill_tree_script(pid: int) -> str:
@@ -85,56 +78,41 @@ def kill_tree_script(pid: int) -> str:
         f"kt {int(pid)}; true")
 
 
-def build_script(command: str, cwd: str | None, env: dict[str, str] | None) -> str:
-    """What `docker exec -w CWD -e K=V ... bash -c COMMAND` would run, recording its exit code.
+@dataclass
+class SessionResult:
+    stdout: bytes
+    stderr: bytes
+    return_code: int | None  # None: deadline passed or cancelled; `pid` may still run
+    pid: int | None
 
-    The command is eval'd in this shell (not a child) so that its `$$` is this shell: a
-    command that kills "everything but itself" spares the shell that records its result."""
-    lines = ['__rlkit_rc=$RLKIT_RC; unset RLKIT_RC; trap \'echo $? > "$__rlkit_rc"\' EXIT']
-    if cwd:
-        lines.append(f"cd {shlex.quote(cwd)} || exit 126")
-    for key, value in (env or {}).items():
-        lines.append(f"export {key}={shlex.quote(value)}")
-    lines.append(f"eval {shlex.quote(command)}")
-    return "; ".join(lines)  # one line, so bash's "line N" in messages matches `bash -c`
+
+class SessionBroken(Exception):
+    """The session is unusable (no hello, stream closed, bad answer); use docker exec."""
 
 
 class ExecSession:
-    """One shell per container; `run` is blocking and must be called from a worker thread."""
+    """The attached keep-alive shell of one container. `run` blocks: call it from a worker thread."""
 
-    def __init__(self, api: Any, container_id: str) -> None:
-        self._api = api
-        self._container_id = container_id
+    def __init__(self, attached: Any) -> None:
+        self._sock = attached
+        self._raw = getattr(attached, "_sock", attached)
+        self._raw.setblocking(True)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._sock: Any = None
-        self._raw: Any = None
         self._buffer = b""
         self._pending = b""
         self._lines: list[str] = []
-        self._dir = ""
+        self._ready = False
+        self._stale: str | None = None  # an abandoned request whose answer is still to come
+        self._cancel = threading.Event()
         self.broken = False
 
-    # ---- lifecycle ----------------------------------------------------------------------
-    def _open(self) -> None:
-        exec_id = self._api.exec_create(self._container_id, ["bash", "-c", _SERVER], stdin=True, stdout=True,
-                                        stderr=False, user="root")["Id"]
-        self._sock = self._api.exec_start(exec_id, socket=True)
-        self._raw = getattr(self._sock, "_sock", self._sock)
-        self._raw.setblocking(True)
-        hello = self._read_line(time.monotonic() + 30)
-        if not hello.startswith("H /"):
-            raise SessionBroken(f"session did not start: {hello[:80]!r}")
-        self._dir = hello[2:]
-
     def close(self) -> None:
-        """Discard the session; wakes a thread blocked reading it (shutdown, then close)."""
         self.broken = True
-        if self._raw is not None:
-            try:
-                self._raw.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        try:
+            self._raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         for closer in (getattr(self._sock, "close", None), getattr(self._raw, "close", None)):
             if closer is not None:
                 try:
@@ -143,46 +121,74 @@ class ExecSession:
                     pass
 
     def try_acquire(self) -> bool:
-        """Take the session for one command; False when busy or broken (use plain exec)."""
+        """Take the session for one command; False when busy or broken (use docker exec)."""
         if self.broken:
             return False
-        return self._lock.acquire(blocking=False)
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._cancel.clear()
+        return True
 
     def release(self) -> None:
         self._lock.release()
 
-    # ---- one command (caller holds the lock) -------------------------------------------------
-    def run(self, script: str, deadline: float | None, on_start: Any = None) -> SessionResult:
+    def run_and_release(self, script: str, deadline: float | None,
+                        on_start: Callable[[int], None] | None = None) -> SessionResult:
+        """`run`, then give the session back — from the worker thread, so an awaiting task
+        that was cancelled can't hand it to the next command while this thread still reads."""
         try:
-            if self._sock is None:
-                self._open()
+            return self.run(script, deadline, on_start)
+        finally:
+            self.release()
+
+    def cancel(self) -> None:
+        """Make a blocked `run` return soon (its command is abandoned, not killed)."""
+        self._cancel.set()
+
+    # ---- one command (the caller holds the session) -----------------------------------------
+    def run(self, script: str, deadline: float | None, on_start: Callable[[int], None] | None = None
+            ) -> SessionResult:
+        try:
+            if not self._ready:
+                hello = self._read_line(time.monotonic() + HELLO_TIMEOUT_SEC)
+                if not hello.startswith("H /"):
+                    raise SessionBroken(f"no exec session in this container ({hello[:40]!r})")
+                self._ready = True
+            if self._stale is not None:
+                self._drain(self._stale)
             request_id = str(next(self._ids))
             payload = base64.b64encode(script.encode()).decode()
             self._raw.sendall(f"{request_id} {payload}\n".encode())
-            started = self._read_line(deadline=None if deadline is None else max(deadline, time.monotonic() + 30))
+            started = self._read_line(None if deadline is None else max(deadline, time.monotonic() + 30))
             tag, rid, pid = (started.split(" ") + ["", "", ""])[:3]
             if tag != "S" or rid != request_id or not pid.isdigit():
-                raise SessionBroken(f"unexpected session answer {started[:80]!r}")
+                raise SessionBroken(f"unexpected answer {started[:80]!r}")
             if on_start is not None:
                 on_start(int(pid))
             try:
                 done = self._read_line(deadline)
             except TimeoutError:
-                self.broken = True  # the command still runs; its answer would desync the next one
+                self._stale = request_id  # its R line comes once the command is killed
                 return SessionResult(b"", b"", None, int(pid))
-            except (SessionBroken, OSError) as exc:
-                self.close()
-                raise SessionLost(str(exc), int(pid), f"{self._dir}/{request_id}") from exc
             parts = done.split(" ")
             if len(parts) != 5 or parts[0] != "R" or parts[1] != request_id:
-                raise SessionBroken(f"unexpected session answer {done[:80]!r}")
+                raise SessionBroken(f"unexpected answer {done[:80]!r}")
             return SessionResult(base64.b64decode(parts[3]), base64.b64decode(parts[4]), int(parts[2]), int(pid))
         except SessionBroken:
             self.close()
             raise
+        except TimeoutError as exc:
+            self.close()
+            raise SessionBroken("the session stopped answering") from exc
         except (OSError, ValueError) as exc:
             self.close()
             raise SessionBroken(str(exc)) from exc
+
+    def _drain(self, request_id: str) -> None:
+        deadline = time.monotonic() + HELLO_TIMEOUT_SEC
+        while not self._read_line(deadline).startswith(f"R {request_id} "):
+            pass
+        self._stale = None
 
     def _read_line(self, deadline: float | None) -> str:
         while not self._lines:
@@ -191,15 +197,18 @@ class ExecSession:
 
     def _fill(self, deadline: float | None) -> None:
         """Read docker's multiplexed frames (8-byte header: stream, 0, 0, 0, size) into lines."""
-        timeout = None if deadline is None else deadline - time.monotonic()
-        if timeout is not None and timeout <= 0:
-            raise TimeoutError
-        ready, _, _ = select.select([self._raw], [], [], timeout)
-        if not ready:
-            raise TimeoutError
+        while True:
+            if self._cancel.is_set():
+                raise TimeoutError("cancelled")
+            wait = POLL_SEC if deadline is None else min(POLL_SEC, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([self._raw], [], [], wait)
+            if ready:
+                break
         chunk = self._raw.recv(65536)
         if not chunk:
-            raise SessionBroken("session shell exited")
+            raise SessionBroken("the keep-alive shell's stream closed")
         self._buffer += chunk
         text = b""
         while len(self._buffer) >= 8:

@@ -37,10 +37,9 @@ from rlkit.sandbox._exec_kill import kill_process_tree
 from rlkit.sandbox._exec_session import (
     ExecSession,
     SessionBroken,
-    SessionLost,
     build_script,
+    keepalive_command,
     kill_tree_script,
-    recover_script,
 )
 from rlkit.sandbox.labels import SandboxLabels
 from rlkit.sandbox.timeouts import SandboxExecTimeout
@@ -72,8 +71,8 @@ class DockerOptions(EnvironmentOptions):
     session: str | None = Field(None, description="label rlkit.session (default: harbor's session id)")
     init: bool = Field(True, description="run docker-init as PID 1 so agent subprocesses are reaped")
     extra_hosts: dict[str, str] = Field(default_factory=dict, description="extra /etc/hosts entries")
-    exec_session: bool = Field(True, description="run root commands through one long-lived shell instead of a "
-                               "`docker exec` each (falls back to docker exec when busy or unavailable)")
+    exec_session: bool = Field(True, description="run root commands through the container's keep-alive shell "
+                               "instead of a `docker exec` each (docker exec when busy or unavailable)")
 
 
 class DockerEnvironment(BaseEnvironment):
@@ -160,6 +159,11 @@ class DockerEnvironment(BaseEnvironment):
             kwargs["extra_hosts"] = dict(self.opts.extra_hosts)
         if self._host_mounts:
             kwargs["mounts"] = [self._docker_mount(m) for m in self._host_mounts]
+        if self.opts.exec_session:
+            import docker.types
+
+            # The keep-alive's stdout is the session protocol: nothing worth a log file.
+            kwargs["log_config"] = docker.types.LogConfig(type=docker.types.LogConfig.types.NONE)
         return kwargs
 
     def _docker_mount(self, mount: dict) -> Any:
@@ -190,10 +194,11 @@ class DockerEnvironment(BaseEnvironment):
         self._container_name = self._new_container_name()
         host_config = api.create_host_config(**self.host_config_kwargs())
         env = self._startup_env()
+        session = self.opts.exec_session
         creating = asyncio.ensure_future(run_blocking(
-            api.create_container, image, command=["sleep", "infinity"], name=self._container_name,
-            labels=self.labels(), environment=env or None, working_dir=self.task_env_config.workdir,
-            host_config=host_config, detach=True))
+            api.create_container, image, command=keepalive_command() if session else ["sleep", "infinity"],
+            name=self._container_name, labels=self.labels(), environment=env or None,
+            working_dir=self.task_env_config.workdir, host_config=host_config, detach=True, stdin_open=session))
         try:
             created = await asyncio.shield(creating)
         except asyncio.CancelledError:
@@ -208,6 +213,10 @@ class DockerEnvironment(BaseEnvironment):
             log_dirs = self._log_dirs_tar()
             if log_dirs is not None:
                 await run_blocking(api.put_archive, self._container_id, "/", log_dirs)
+            if session:  # attach before start so the shell's hello line is not missed
+                attached = await run_blocking(api.attach_socket, self._container_id,
+                                              params={"stdin": 1, "stdout": 1, "stream": 1})
+                self._session = ExecSession(attached)
             await run_blocking(api.start, self._container_id)
         except asyncio.CancelledError:
             await asyncio.shield(self._remove_quietly())
@@ -320,12 +329,8 @@ class DockerEnvironment(BaseEnvironment):
         if session is not None and session.try_acquire():
             try:
                 return await self._exec_in_session(session, command, cwd, merged_env, timeout_sec)
-            except SessionLost as lost:  # the command ran (or runs): collect it, never run it twice
-                return await self._recover_lost(lost, timeout_sec)
-            except SessionBroken as exc:
+            except SessionBroken as exc:  # raised before the command started: docker exec runs it
                 self.logger.debug(f"exec session of {self._container_name} unusable ({exc}); using docker exec")
-            finally:
-                session.release()
         api = api_client()
         try:
             exec_id = (await run_blocking(
@@ -355,10 +360,8 @@ class DockerEnvironment(BaseEnvironment):
         if not self.opts.exec_session or self._container_id is None:
             return None
         effective = self._image_user if user is None else str(user)
-        if effective not in {"", "root", "0"}:
+        if effective not in {"", "root", "0"} or self._session is None or self._session.broken:
             return None
-        if self._session is None or self._session.broken:
-            self._session = ExecSession(api_client(), self._container_id)
         return self._session
 
     async def _exec_in_session(self, session: ExecSession, command: str, cwd: str | None,
@@ -366,10 +369,11 @@ class DockerEnvironment(BaseEnvironment):
         deadline = time.monotonic() + timeout_sec if timeout_sec else None
         started: dict[str, int] = {}
         try:
-            result = await run_blocking(session.run, build_script(command, cwd, env), deadline,
+            # The worker thread releases the session when it is done with it.
+            result = await run_blocking(session.run_and_release, build_script(command, cwd, env), deadline,
                                         lambda pid: started.__setitem__("pid", pid))
         except asyncio.CancelledError:
-            session.close()  # its thread is still reading; the session can't be reused
+            session.cancel()  # the thread stops waiting; the command's answer is drained later
             if "pid" in started:
                 await asyncio.shield(self._kill_in_container(started["pid"]))
             raise
@@ -379,19 +383,6 @@ class DockerEnvironment(BaseEnvironment):
                                      session=self.session_id, timeout_sec=timeout_sec)
         return ExecResult(stdout=_text(result.stdout or None), stderr=_text(result.stderr or None),
                           return_code=result.return_code)
-
-    async def _recover_lost(self, lost: SessionLost, timeout_sec: float | None) -> ExecResult:
-        self.logger.debug(f"exec session of {self._container_name} died mid-command; collecting pid {lost.pid}")
-        try:
-            result = await self.exec(recover_script(lost.pid, lost.files), user="root", timeout_sec=timeout_sec)
-        except SandboxExecTimeout:
-            await self._kill_in_container(lost.pid)
-            raise
-        code, out, err = ((result.stdout or "").split(" ") + ["", "", ""])[:3]
-        if not code.strip().lstrip("-").isdigit():
-            raise SandboxError(f"lost the result of a command in {self._container_name}", session=self.session_id)
-        return ExecResult(stdout=_text(base64.b64decode(out) or None), stderr=_text(base64.b64decode(err) or None),
-                          return_code=int(code))
 
     async def _kill_in_container(self, pid: int | None) -> None:
         """Kill a session command's process tree (pid as the container sees it)."""
