@@ -65,7 +65,8 @@ def _build(argv: list[str]) -> int:
     if args.scaffold:
         from rlkit.scaffolds.bake import scaffold_layer
 
-        layer = scaffold_layer(args.scaffold, force=args.force, log=lambda msg: print(msg, file=sys.stderr))
+        layer = scaffold_layer(args.scaffold, force=args.force, push=args.push,
+                               log=lambda msg: print(msg, file=sys.stderr))
     outcomes = build_task_images(specs, registry=args.registry, push=args.push, force=args.force,
                                  progress=text_progress(), layer=layer)
     width = max((len(o.task_id) for o in outcomes), default=0)

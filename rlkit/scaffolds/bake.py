@@ -204,20 +204,33 @@ def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log
     return ref
 
 
-def scaffold_layer(name: str, *, force: bool = False, log: Log = print) -> Callable[[str, object], object]:
-    """The `layer` hook of `rlkit.sandbox.images.build_task_images` for `--scaffold NAME`."""
+def push_image(ref: str) -> None:
+    _run(["docker", "push", ref], what=f"docker push {ref}")
+
+
+def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
+                   log: Log = print) -> Callable[[str, object], object]:
+    """The `layer` hook of `rlkit.sandbox.images.build_task_images` for `--scaffold NAME`.
+
+    With `push`, the layered image goes to the same registry as the task image."""
     from rlkit.sandbox.images import BuildOutcome
 
-    get_scaffold(name)  # unknown names fail before any build
+    scaffold = get_scaffold(name)  # unknown names fail before any build
 
     def layer(task_image: str, spec: object) -> BuildOutcome:
         task_id = str(getattr(spec, "task_id", task_image))
+        if scaffold.image_recipe is None:
+            return BuildOutcome(task_id, task_image, "skipped", f"{name} runs on the host: no agent layer")
         ref = scaffold_image_ref(task_image, name)
         existed = image_exists(ref)
         try:
             ref = build_scaffold_image(task_image, name, force=force, log=log)
+            if push:
+                push_image(ref)
         except ImageError as exc:
             return BuildOutcome(task_id, ref, "failed", exc.message)
+        if push:
+            return BuildOutcome(task_id, ref, "pushed")
         return BuildOutcome(task_id, ref, "cached" if existed and not force else "built")
 
     return layer

@@ -123,6 +123,11 @@ class Scaffold:
 
         return IMPORT_PATHS.get(backend, backend)
 
+    def trial_fields(self, run: ScaffoldRun, backend: str = "docker") -> dict[str, Any]:
+        """The scaffold's part of a `rlkit.rollout.trial.TrialSpec`: agent, backend and its kwargs."""
+        return {"agent": self.agent_config(run), "backend": self.environment_import_path(backend),
+                "environment_kwargs": self.environment_kwargs()}
+
     def describe(self) -> dict[str, Any]:
         """Capabilities, for `rlkit check` output and docs."""
         return {"name": self.name, "api_format": self.api_format.value,

@@ -150,3 +150,17 @@ def test_scaffold_run_rejects_unknown_keys() -> None:
 
     with pytest.raises(ValidationError):
         ScaffoldRun(session="s", model="m", max_turn=3)  # type: ignore[call-arg]
+
+
+def test_trial_fields_fit_the_trial_runner() -> None:
+    from rlkit.rollout.trial import TrialSpec, agent_config
+
+    for name in SCAFFOLDS.names():
+        spec = TrialSpec(task_dir=Path("examples/tasks/calc-power-unary"),
+                         **get_scaffold(name).trial_fields(RUN, backend="docker"))
+        agent = agent_config(spec.agent)
+        assert agent.import_path.startswith("rlkit.scaffolds._agents:")
+        assert agent.kwargs["rlkit_trajectory_url"] == f"{SESSION_URL}/trajectory"
+        assert all("****" not in value for value in agent.env.values())  # keys survive, unredacted
+        in_container = get_scaffold(name).runs_in_container
+        assert (spec.backend == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment") is in_container

@@ -34,7 +34,11 @@ def test_layer_copies_the_agent_and_puts_it_on_path() -> None:
 
 
 def test_terminus_needs_no_layer() -> None:
+    from rlkit.scaffolds.bake import scaffold_layer
+
     assert build_scaffold_image("rlkit-task/calc:latest", "terminus", log=lambda _m: None) == "rlkit-task/calc:latest"
+    outcome = scaffold_layer("terminus")("rlkit-task/calc:latest", None)
+    assert (outcome.image, outcome.status) == ("rlkit-task/calc:latest", "skipped")
 
 
 @pytest.mark.docker

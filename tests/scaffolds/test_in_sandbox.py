@@ -52,9 +52,9 @@ def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_t
 
     scaffold = get_scaffold(name)
     run = ScaffoldRun(session=session, model=stack.model, proxy_url=stack.url, max_turns=max_turns)
-    spec = TrialSpec(task_dir=TASK_DIR, agent=scaffold.agent_config(run), trials_dir=tmp_path, session=session,
-                     backend=scaffold.environment_import_path("docker"),
-                     environment_kwargs={**scaffold.environment_kwargs(), "build_missing": False})
+    fields = scaffold.trial_fields(run, backend="docker")
+    fields["environment_kwargs"]["build_missing"] = False
+    spec = TrialSpec(task_dir=TASK_DIR, trials_dir=tmp_path, session=session, **fields)
     return asyncio.run(run_trial(spec))
 
 
