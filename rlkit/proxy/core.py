@@ -143,19 +143,23 @@ class ProxyCore:
     # --- one chat turn ----------------------------------------------------------------------------
 
     def _prompt(self, session: Session, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                norm: tuple[tuple, ...], tkey: bytes) -> tuple[Chain | None, list[int], list[int]]:
-        """(parent chain, new prompt ids to record, full prompt ids)."""
+                norm: tuple[tuple, ...], tkey: bytes) -> tuple[int | None, Chain | None, list[int], list[int]]:
+        """(parent call, chain continued, new prompt ids to record, full prompt ids)."""
+        retry = session.find_retry(norm, tkey)
+        if retry is not None:  # same prompt again: same ids, a sibling of the earlier call
+            earlier = session.calls[retry.last_call]
+            return earlier.parent, None, earlier.prompt_ids, retry.ids[:retry.prompt_len]
         chain = session.find_chain(norm, tkey)
         if chain is not None:
             delta = self.renderer.encode_continuation(messages[len(chain.messages):], tools,
                                                       previous_ended_with_eos=chain.ended_with_eos)
             if delta is not None:
-                return chain, delta, chain.ids + delta
+                return chain.last_call, chain, delta, chain.ids + delta
             session.continuation_failures += 1
             self.stats["continuation_failures"] += 1
         self.stats["full_renders"] += 1
         full = self.renderer.encode_full(messages, tools)
-        return None, full, full
+        return None, None, full, full
 
     async def chat(self, session_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                    sampling: dict[str, Any], max_tokens: int | None = None) -> ChatResult:
@@ -163,7 +167,7 @@ class ProxyCore:
         tools = tools or None
         norm = tuple(normalize_message(m) for m in messages)
         tkey = tools_key(tools)
-        parent, new_prompt, prompt_ids = self._prompt(session, messages, tools, norm, tkey)
+        parent_call, parent, new_prompt, prompt_ids = self._prompt(session, messages, tools, norm, tkey)
 
         window = self.config.max_model_len
         room = window - len(prompt_ids)
@@ -210,7 +214,7 @@ class ProxyCore:
         stats["upstream_seconds"] += latency
         finish = "tool_calls" if parsed.tool_calls else ("length" if out["finish_reason"] == "length" else "stop")
         session.calls.append(CallRecord(
-            index=index, parent=parent.last_call if parent else None, prompt_ids=new_prompt,
+            index=index, parent=parent_call, prompt_ids=new_prompt,
             completion_ids=completion, logprobs=logprobs, finish_reason=finish,
             tool_calls=[{"name": c["name"], "arguments": c["arguments"]} for c in parsed.tool_calls],
             content=parsed.content, parse_failure=parsed.parse_failure, latency_s=latency, upstream=replica.base_url))
@@ -218,7 +222,8 @@ class ProxyCore:
                  "tool_calls": [{"function": {"name": c["name"], "arguments": c["arguments"]}}
                                 for c in parsed.tool_calls]}
         session.add_chain(Chain(messages=norm + (normalize_message(reply),), tools_key=tkey, last_call=index,
-                                ids=prompt_ids + completion, ended_with_eos=ended_with_eos), replaced=parent)
+                                ids=prompt_ids + completion, ended_with_eos=ended_with_eos,
+                                prompt_len=len(prompt_ids)), replaced=parent)
         return ChatResult(content=parsed.content, tool_calls=parsed.tool_calls, finish_reason=finish,
                           prompt_tokens=len(prompt_ids), completion_tokens=len(completion), call_index=index,
                           parse_failure=parsed.parse_failure)

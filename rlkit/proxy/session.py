@@ -28,6 +28,7 @@ class Chain:
     last_call: int
     ids: list[int]
     ended_with_eos: bool
+    prompt_len: int = 0  # tokens of last_call's prompt (ids[:prompt_len])
 
 
 @dataclass
@@ -41,14 +42,21 @@ class Session:
     continuation_failures: int = 0  # template not prefix-stable; the prompt was rendered in full
 
     def find_chain(self, messages: tuple[tuple, ...], tools_key: bytes) -> Chain | None:
-        """The longest chain whose messages are a strict prefix of `messages`."""
+        """The longest chain whose messages are a strict prefix of `messages` (the newest on ties)."""
         best: Chain | None = None
         for chain in self.chains:
             n = len(chain.messages)
-            if (n < len(messages) and chain.tools_key == tools_key and (best is None or n > len(best.messages))
+            if (n < len(messages) and chain.tools_key == tools_key and (best is None or n >= len(best.messages))
                     and messages[:n] == chain.messages):
                 best = chain
         return best
+
+    def find_retry(self, messages: tuple[tuple, ...], tools_key: bytes) -> Chain | None:
+        """A chain whose last call had exactly this prompt (a client retrying a request)."""
+        for chain in reversed(self.chains):
+            if chain.tools_key == tools_key and chain.messages[:-1] == messages:
+                return chain
+        return None
 
     def add_chain(self, chain: Chain, replaced: Chain | None) -> None:
         if replaced is not None and replaced in self.chains:

@@ -376,3 +376,20 @@ def test_background_proxy_serves_synchronous_callers(tiny_model_dir: Path) -> No
         loop.call_soon_threadsafe(stop.set)
         thread.join(30)
         loop.close()
+
+
+def test_a_retried_request_gets_the_same_prompt_ids(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, ["one", "two", "three"]) as (proxy, [fake]):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("r")) as client:
+                msgs = [{"role": "user", "content": "first"}]
+                r = (await client.post("/chat/completions", json={"messages": msgs})).json()
+                msgs += [r["choices"][0]["message"], {"role": "user", "content": "second"}]
+                await client.post("/chat/completions", json={"messages": msgs})
+                await client.post("/chat/completions", json={"messages": msgs})  # client-side retry
+        p1, p2 = fake.requests[1]["prompt"], fake.requests[2]["prompt"]
+        assert p1 == p2  # sampled ids of turn 1 kept, not re-tokenized from text
+        traj = proxy.trajectory("r")
+        assert traj["calls"][2]["parent"] == 0 and traj["calls"][2]["prompt_ids"] == p1
+        assert traj["num_segments"] == 2 and traj["num_breaks"] == 1  # the retry is a branch
+    run(body())
