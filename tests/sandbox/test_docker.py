@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,12 @@ def test_upload_download_roundtrip(calc_task: Path, tmp_path: Path) -> None:
             assert (await env.exec("stat -c %a /logs/verifier")).stdout.strip() == "777"
             await env.upload_dir(tmp_path / "empty", "/made/empty")
             assert await env.is_dir("/made/empty")
+            # Small archives go through the exec session, big ones through put_archive.
+            big = tmp_path / "big.bin"
+            big.write_bytes(os.urandom(300_000))
+            await env.upload_file(big, "/big/big.bin")
+            await env.download_file("/big/big.bin", tmp_path / "big-copy.bin")
+            assert (tmp_path / "big-copy.bin").read_bytes() == big.read_bytes()
             await env.upload_file(single, "/deep/new/dir/single.txt")
             listing = await env.exec("cat /work/in/a.txt; echo; /work/in/nested/b.sh; "
                                      "cat /deep/new/dir/single.txt; echo; stat -c %a /tmp")
