@@ -35,6 +35,8 @@ class OpenCodeScaffold(Scaffold):
         return {
             "skip_install": True, "version": OPENCODE_VERSION,
             "model_api_format": "openai_chat_completions",
-            # opencode's own updater and share features would reach the internet.
-            "opencode_config": {"autoupdate": False, "share": "disabled"},
+            # opencode's own updater and share features would reach the internet; its
+            # hidden title agent would add a side call (a separate token segment) per trial.
+            "opencode_config": {"autoupdate": False, "share": "disabled",
+                                "agent": {"title": {"disable": True}}},
         }

@@ -29,6 +29,8 @@ FINAL_ANSWER = {"structured_outputs": {"regex": "I have looked at the task[.]"},
 def _assert_token_record(record: dict) -> list[dict]:
     calls = record["calls"]
     assert record["num_calls"] >= 1 and calls, "the agent made no request through the proxy"
+    # One trainable sequence: no side calls (titles, summaries) broke the token record.
+    assert (record["num_segments"], record["num_breaks"]) == (1, 0), record
     for call in calls:
         assert call["prompt_ids"], "a call without prompt ids"
         assert call["completion_ids"], "a call without completion ids"
