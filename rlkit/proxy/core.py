@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,8 @@ class ProxyConfig(BaseModel):
     upstream_timeout_s: float = 3600.0
     # At start the parser must read the chat template's own tool calls; False: only warn.
     strict_parser_check: bool = False
+    # Streaming answers send a keep-alive (SSE comment / Anthropic ping) this often while generating.
+    stream_keepalive_s: float = 10.0
 
 
 @dataclass(slots=True)
@@ -162,7 +165,10 @@ class ProxyCore:
         return None, None, full, full
 
     async def chat(self, session_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   sampling: dict[str, Any], max_tokens: int | None = None) -> ChatResult:
+                   sampling: dict[str, Any], max_tokens: int | None = None,
+                   on_accepted: Callable[[int], Awaitable[None]] | None = None) -> ChatResult:
+        """Serve one turn. `on_accepted(prompt_tokens)` runs once the request passed its checks,
+        before generation (streaming answers open their response there)."""
         session = self.sessions.get(session_id)
         tools = tools or None
         norm = tuple(normalize_message(m) for m in messages)
@@ -183,6 +189,8 @@ class ProxyCore:
         if stop_ids:
             params["stop_token_ids"] = list({*params.get("stop_token_ids", []), *stop_ids})
 
+        if on_accepted is not None:
+            await on_accepted(len(prompt_ids))
         replica = self.router.pick(session_id)
         started = time.perf_counter()
         try:

@@ -44,13 +44,32 @@ def _sse(data: Any) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
-def openai_stream(result: ChatResult, model: str, *, include_usage: bool = False) -> list[bytes]:
-    base = {"id": _id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+def new_stream_id(api: str) -> str:
+    return _id("chatcmpl-" if api == "openai" else "msg_")
+
+
+def _openai_chunk(stream_id: str, model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return _sse({"id": stream_id, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+
+
+def openai_stream_head(model: str, stream_id: str) -> bytes:
+    return _openai_chunk(stream_id, model, {"role": "assistant", "content": ""})
+
+
+OPENAI_KEEPALIVE = b": keepalive\n\n"  # an SSE comment: clients skip it, idle timeouts do not fire
+
+
+def openai_stream(result: ChatResult, model: str, *, include_usage: bool = False, stream_id: str | None = None,
+                  head: bool = True) -> list[bytes]:
+    """The SSE events of a whole answer; `head=False` leaves out the opening chunk (already sent)."""
+    stream_id = stream_id or new_stream_id("openai")
+    base = {"id": stream_id, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+        return _openai_chunk(stream_id, model, delta, finish)
 
-    events = [chunk({"role": "assistant", "content": ""})]
+    events = [openai_stream_head(model, stream_id)] if head else []
     if result.content:
         events.append(chunk({"content": result.content}))
     for i, call in enumerate(result.tool_calls):
@@ -64,6 +83,10 @@ def openai_stream(result: ChatResult, model: str, *, include_usage: bool = False
             "total_tokens": result.prompt_tokens + result.completion_tokens}}))
     events.append(b"data: [DONE]\n\n")
     return events
+
+
+def openai_stream_error(message: str, *, kind: str, code: str | None = None) -> bytes:
+    return _sse(openai_error(message, kind=kind, code=code)) + b"data: [DONE]\n\n"
 
 
 def openai_error(message: str, *, kind: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -100,12 +123,28 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-def anthropic_stream(result: ChatResult, model: str) -> list[bytes]:
+def anthropic_stream_head(model: str, stream_id: str, prompt_tokens: int) -> bytes:
+    start = {"id": stream_id, "type": "message", "role": "assistant", "model": model, "content": [],
+             "stop_reason": None, "stop_sequence": None,
+             "usage": {"input_tokens": prompt_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                       "cache_read_input_tokens": 0}}
+    return _event("message_start", {"type": "message_start", "message": start})
+
+
+ANTHROPIC_PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+def anthropic_stream_error(message: str, *, kind: str) -> bytes:
+    return _event("error", anthropic_error(message, kind=kind))
+
+
+def anthropic_stream(result: ChatResult, model: str, *, stream_id: str | None = None,
+                     head: bool = True) -> list[bytes]:
+    """The SSE events of a whole answer; `head=False` leaves out message_start (already sent)."""
+    stream_id = stream_id or new_stream_id("anthropic")
     message = anthropic_response(result, model)
     blocks = message.pop("content")
-    start = {**message, "content": [], "stop_reason": None,
-             "usage": {**message["usage"], "output_tokens": 0}}
-    events = [_event("message_start", {"type": "message_start", "message": start})]
+    events = [anthropic_stream_head(model, stream_id, result.prompt_tokens)] if head else []
     for i, block in enumerate(blocks):
         if block["type"] == "text":
             events.append(_event("content_block_start", {"type": "content_block_start", "index": i,

@@ -16,7 +16,9 @@ or logged. Admin endpoints:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, Self
 
 import orjson
@@ -45,15 +47,45 @@ def _session_id(request: Any) -> str:
     return session_for_api_key(key) if key else DEFAULT_SESSION
 
 
-async def _stream(request: Any, events: list[bytes]) -> Any:
-    from aiohttp import web
+class _EarlyStream:
+    """An SSE answer opened as soon as the request is accepted and kept alive while generating.
 
-    resp = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
-                                                   "cache-control": "no-cache"})
-    await resp.prepare(request)
-    await resp.write(b"".join(events))
-    await resp.write_eof()
-    return resp
+    Tool calls can only be parsed from the whole completion, so the body arrives at the
+    end; opening early (plus keep-alives) stops clients' idle timeouts on long generations.
+    Errors found before opening are plain JSON errors with their status code.
+    """
+
+    def __init__(self, request: Any, head: Callable[[int], bytes], keepalive: bytes, interval_s: float) -> None:
+        self.request = request
+        self.head = head
+        self.keepalive = keepalive
+        self.interval_s = interval_s
+        self.response: Any = None
+        self._pinger: asyncio.Task[None] | None = None
+
+    async def open(self, prompt_tokens: int) -> None:
+        from aiohttp import web
+
+        self.response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
+                                                                "cache-control": "no-cache"})
+        await self.response.prepare(self.request)
+        await self.response.write(self.head(prompt_tokens))
+        self._pinger = asyncio.create_task(self._ping())
+
+    async def _ping(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.response.write(self.keepalive)
+
+    async def finish(self, payload: bytes) -> Any:
+        if self._pinger is not None:
+            self._pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await self._pinger
+        with contextlib.suppress(ConnectionError):
+            await self.response.write(payload)
+            await self.response.write_eof()
+        return self.response
 
 
 class ProxyApp:
@@ -141,18 +173,29 @@ class ProxyApp:
                                               kind="invalid_request_error"), 400)
         model = body.get("model") or self.model_name
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        stream = None
+        if body.get("stream"):
+            stream_id = formats.new_stream_id("openai")
+            stream = _EarlyStream(request, lambda _: formats.openai_stream_head(model, stream_id),
+                                  formats.OPENAI_KEEPALIVE, self.core.config.stream_keepalive_s)
         try:
-            result = await self.core.chat(_session_id(request), messages, body.get("tools"),
-                                          pick_sampling(body), max_tokens)
+            result = await self.core.chat(_session_id(request), messages, body.get("tools"), pick_sampling(body),
+                                          max_tokens, on_accepted=stream.open if stream else None)
         except ContextExceededError as exc:
+            if stream is not None and stream.response is not None:
+                return await stream.finish(formats.openai_stream_error(
+                    exc.message, kind="invalid_request_error", code="context_length_exceeded"))
             return _json(formats.openai_error(exc.message, kind="invalid_request_error",
                                               code="context_length_exceeded", param="messages"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
+            if stream is not None and stream.response is not None:
+                return await stream.finish(formats.openai_stream_error(exc.message, kind="upstream_error"))
             return _json(formats.openai_error(exc.message, kind="upstream_error"), 502)
-        if body.get("stream"):
+        if stream is not None:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await _stream(request, formats.openai_stream(result, model, include_usage=include_usage))
+            return await stream.finish(b"".join(formats.openai_stream(
+                result, model, include_usage=include_usage, stream_id=stream_id, head=False)))
         return _json(formats.openai_response(result, model))
 
     async def messages(self, request: Any) -> Any:
@@ -162,19 +205,29 @@ class ProxyApp:
         except Exception as exc:  # noqa: BLE001 - any malformed body is the client's 400
             return _json(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
         model = body.get("model") or self.model_name
+        stream = None
+        if body.get("stream"):
+            stream_id = formats.new_stream_id("anthropic")
+            stream = _EarlyStream(request, lambda n: formats.anthropic_stream_head(model, stream_id, n),
+                                  formats.ANTHROPIC_PING, self.core.config.stream_keepalive_s)
         try:
             result = await self.core.chat(_session_id(request), messages, tools, anthropic.sampling(body),
-                                          body.get("max_tokens"))
+                                          body.get("max_tokens"), on_accepted=stream.open if stream else None)
         except ContextExceededError as exc:
+            if stream is not None and stream.response is not None:
+                return await stream.finish(formats.anthropic_stream_error(exc.message, kind="invalid_request_error"))
             return _json(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
+            if stream is not None and stream.response is not None:
+                return await stream.finish(formats.anthropic_stream_error(exc.message, kind="api_error"))
             return _json(formats.anthropic_error(exc.message, kind="api_error"), 502)
         if name_map:
             for call in result.tool_calls:
                 call["name"] = name_map.get(call["name"], call["name"])
-        if body.get("stream"):
-            return await _stream(request, formats.anthropic_stream(result, model))
+        if stream is not None:
+            return await stream.finish(b"".join(formats.anthropic_stream(result, model, stream_id=stream_id,
+                                                                         head=False)))
         return _json(formats.anthropic_response(result, model))
 
     async def count_tokens(self, request: Any) -> Any:

@@ -6,6 +6,7 @@ tests can check exactly which prompt ids and sampling params the proxy sent.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,11 +19,13 @@ Reply = Callable[[list[int], dict[str, Any]], list[int]]
 
 class FakeVllm:
     def __init__(self, reply: Reply, *, model: str = "tiny", max_model_len: int = 8192,
-                 finish_reason: str = "stop") -> None:
+                 finish_reason: str = "stop", delay_s: float = 0.0, status: int = 200) -> None:
         self.reply = reply
         self.model = model
         self.max_model_len = max_model_len
         self.finish_reason = finish_reason
+        self.delay_s = delay_s
+        self.status = status
         self.requests: list[dict[str, Any]] = []
         self.base_url = ""
         self._runner: web.AppRunner | None = None
@@ -30,6 +33,10 @@ class FakeVllm:
     async def _completions(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         self.requests.append(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.status != 200:
+            return web.Response(status=self.status, text="engine died")
         ids = self.reply(body["prompt"], body)
         choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": self.finish_reason,
                   "logprobs": {"token_logprobs": [-0.5 - 0.01 * i for i in range(len(ids))]}}

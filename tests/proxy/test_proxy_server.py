@@ -34,7 +34,8 @@ def run(coro: Any) -> Any:
 @contextlib.asynccontextmanager
 async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstreams: int = 1,
                    parser: str = "qwen3_coder", max_model_len: int = 8192,
-                   finish_reason: str = "stop", served_len: int | None = None) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
+                   finish_reason: str = "stop", served_len: int | None = None, delay_s: float = 0.0,
+                   status: int = 200, keepalive_s: float = 10.0) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
     """A proxy on a free port in front of scripted upstreams that answer `replies` in turn (+ end-of-turn)."""
     from transformers import AutoTokenizer
 
@@ -46,12 +47,14 @@ async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstrea
         ids = tok.encode(text, add_special_tokens=False)
         return ids if finish_reason == "length" else ids + [tok.eos_token_id]
 
-    fakes = [FakeVllm(reply, max_model_len=served_len or max_model_len, finish_reason=finish_reason) for _ in range(upstreams)]
+    fakes = [FakeVllm(reply, max_model_len=served_len or max_model_len, finish_reason=finish_reason,
+                      delay_s=delay_s, status=status) for _ in range(upstreams)]
     async with contextlib.AsyncExitStack() as stack:
         for fake in fakes:
             await stack.enter_async_context(fake.running())
         config = ProxyConfig(model_path=str(model_dir), upstreams=[f.base_url for f in fakes], port=0,
-                             served_model_name="tiny", tool_call_parser=parser, max_model_len=max_model_len)
+                             served_model_name="tiny", tool_call_parser=parser, max_model_len=max_model_len,
+                             stream_keepalive_s=keepalive_s)
         async with ProxyServer(config) as proxy:
             yield proxy, fakes
 
@@ -393,3 +396,43 @@ def test_a_retried_request_gets_the_same_prompt_ids(tiny_model_dir: Path) -> Non
         assert traj["calls"][2]["parent"] == 0 and traj["calls"][2]["prompt_ids"] == p1
         assert traj["num_segments"] == 2 and traj["num_breaks"] == 1  # the retry is a branch
     run(body())
+
+
+def test_streams_open_early_and_keep_alive_while_generating(tiny_model_dir: Path) -> None:
+    async def body() -> tuple[str, str]:
+        async with proxy_on(tiny_model_dir, ["slow answer"], delay_s=0.5, keepalive_s=0.05) as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as client:
+                an = await client.post("/s/k/v1/messages", json={
+                    "model": "m", "max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+                oa = await client.post("/s/k2/v1/chat/completions", json={
+                    "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+        return an.text, oa.text
+
+    an, oa = run(body())
+    events = re.findall(r"^event: (\S+)$", an, flags=re.MULTILINE)
+    assert events[0] == "message_start" and "ping" in events
+    assert events[events.index("ping"):][-5:] == ["content_block_start", "content_block_delta", "content_block_stop",
+                                                  "message_delta", "message_stop"]
+    assert sse_data(an)[0]["message"]["usage"]["input_tokens"] > 0
+    assert ": keepalive" in oa
+    chunks = sse_data(oa)
+    assert len({c["id"] for c in chunks}) == 1  # one stream id across the early head and the body
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "slow answer"
+
+
+def test_an_upstream_failure_after_the_stream_opened_is_an_error_event(tiny_model_dir: Path) -> None:
+    async def body() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with proxy_on(tiny_model_dir, status=500) as (proxy, _):
+            async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as client:
+                msgs = [{"role": "user", "content": "hi"}]
+                an = await client.post("/s/e/v1/messages", json={"model": "m", "max_tokens": 8, "stream": True,
+                                                                  "messages": msgs})
+                oa = await client.post("/s/e2/v1/chat/completions", json={"model": "m", "stream": True,
+                                                                          "messages": msgs})
+                plain = await client.post("/s/e3/v1/chat/completions", json={"model": "m", "messages": msgs})
+        return an, oa, plain
+
+    an, oa, plain = run(body())
+    assert "event: error" in an.text and '"api_error"' in an.text
+    assert '"upstream_error"' in oa.text and oa.text.rstrip().endswith("data: [DONE]")
+    assert plain.status_code == 502 and "engine died" in plain.json()["error"]["message"]
