@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import json
 import os
 import re
 import shlex
@@ -33,6 +32,17 @@ from pydantic import Field
 from rlkit.errors import SandboxError
 from rlkit.sandbox import _tar
 from rlkit.sandbox._docker_client import api_client, run_blocking
+from rlkit.sandbox._docker_util import (
+    GO_MODE_DIR,
+    GO_MODE_SYMLINK,
+    GO_MODE_TYPE,
+    daemon_is_local,
+    docker_mount,
+    inspect_image,
+    is_other_user,
+    stat_mode,
+    text_or_none,
+)
 from rlkit.sandbox._exec_kill import kill_process_tree
 from rlkit.sandbox._exec_session import (
     ExecSession,
@@ -45,10 +55,6 @@ from rlkit.sandbox.labels import SandboxLabels
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 DockerNetwork = Literal["none", "bridge", "host"]
-# Go os.FileMode type bits, as the Engine API reports them in path stats.
-_GO_MODE_DIR = 1 << 31
-_GO_MODE_SYMLINK = 1 << 27
-_GO_MODE_TYPE = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
 # Largest tar uploaded through the exec session (its base64 must fit one argv string, 128 KiB).
 SESSION_UPLOAD_MAX = 64 * 1024
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -160,29 +166,13 @@ class DockerEnvironment(BaseEnvironment):
         if self.opts.extra_hosts:
             kwargs["extra_hosts"] = dict(self.opts.extra_hosts)
         if self._host_mounts:
-            kwargs["mounts"] = [self._docker_mount(m) for m in self._host_mounts]
+            kwargs["mounts"] = [docker_mount(m) for m in self._host_mounts]
         if self.opts.exec_session:
             import docker.types
 
             # The keep-alive's stdout is the session protocol: nothing worth a log file.
             kwargs["log_config"] = docker.types.LogConfig(type=docker.types.LogConfig.types.NONE)
         return kwargs
-
-    def _docker_mount(self, mount: dict) -> Any:
-        import docker.types
-
-        kind, source, target = mount["type"], str(mount["source"]), str(mount["target"])
-        read_only = bool(mount.get("read_only"))
-        if kind == "bind":
-            host = Path(source)
-            if (mount.get("bind") or {}).get("create_host_path", True) is not False:
-                host.mkdir(parents=True, exist_ok=True)
-            if not read_only:
-                host.chmod(0o777)  # an agent running as a non-root user writes its logs here
-            return docker.types.Mount(target, str(host.resolve()), type="bind", read_only=read_only)
-        if kind == "volume":
-            return docker.types.Mount(target, source, type="volume", read_only=read_only)
-        raise SandboxError(f"mount type {kind!r} is not supported by the docker backend", mount=str(mount))
 
     def _new_container_name(self) -> str:
         stem = _BAD_NAME.sub("-", self.session_id).strip("-._")[:80] or "trial"
@@ -260,13 +250,13 @@ class DockerEnvironment(BaseEnvironment):
     async def _ensure_image(self, image: str, force_build: bool) -> None:
         api = api_client()
         prebuilt = bool(self.opts.image or self.task_env_config.docker_image)
-        info = None if force_build and not prebuilt else await run_blocking(_inspect_image, api, image)
+        info = None if force_build and not prebuilt else await run_blocking(inspect_image, api, image)
         if info is None:
             if prebuilt or not self.opts.build_missing:
                 raise SandboxError(f"image {image} is not present locally", image=image,
                                    fix="build it with `rlkit images build` (no registry can be pulled from here)")
             await run_blocking(self._build_once, api, image, force_build)
-            info = await run_blocking(_inspect_image, api, image) or {}
+            info = await run_blocking(inspect_image, api, image) or {}
         self._image_user = str((info.get("Config") or {}).get("User") or "")
 
     def _build_once(self, api: Any, image: str, force_build: bool) -> None:
@@ -355,7 +345,7 @@ class DockerEnvironment(BaseEnvironment):
             await asyncio.shield(self._kill_exec(exec_id))
             raise
         info = await run_blocking(api.exec_inspect, exec_id)
-        return ExecResult(stdout=_text(stdout), stderr=_text(stderr), return_code=int(info.get("ExitCode") or 0))
+        return ExecResult(stdout=text_or_none(stdout), stderr=text_or_none(stderr), return_code=int(info.get("ExitCode") or 0))
 
     def _session_for(self, user: str | int | None) -> ExecSession | None:
         """The container's root shell, when this command would run as root anyway."""
@@ -383,7 +373,7 @@ class DockerEnvironment(BaseEnvironment):
             await self._kill_in_container(result.pid)
             raise SandboxExecTimeout(f"command timed out after {timeout_sec} seconds",
                                      session=self.session_id, timeout_sec=timeout_sec)
-        return ExecResult(stdout=_text(result.stdout or None), stderr=_text(result.stderr or None),
+        return ExecResult(stdout=text_or_none(result.stdout or None), stderr=text_or_none(result.stderr or None),
                           return_code=result.return_code)
 
     async def _kill_in_container(self, pid: int | None) -> None:
@@ -409,31 +399,21 @@ class DockerEnvironment(BaseEnvironment):
     # ---- path checks without an exec (HEAD on the archive endpoint) ----------------------------
     async def _stat_mode(self, path: str) -> int | None:
         """Go FileMode bits of `path`, or None when it does not exist."""
-        container = self._require_container()
-        api = api_client()
-
-        def head() -> int | None:
-            response = api.head(api._url("/containers/{0}/archive", container), params={"path": path})
-            if response.status_code == 404:
-                return None
-            response.raise_for_status()
-            return int(json.loads(base64.b64decode(response.headers["X-Docker-Container-Path-Stat"]))["mode"])
-
-        return await run_blocking(head)
+        return await run_blocking(stat_mode, api_client(), self._require_container(), path)
 
     async def is_dir(self, path: str, user: str | int | None = None) -> bool:
-        as_other = _is_other_user(self._resolve_user(user))
+        as_other = is_other_user(self._resolve_user(user))
         mode = None if as_other else await self._stat_mode(path)
-        if as_other or (mode is not None and mode & _GO_MODE_SYMLINK):
+        if as_other or (mode is not None and mode & GO_MODE_SYMLINK):
             return await super().is_dir(path, user=user)  # permissions / link targets: ask `test -d`
-        return mode is not None and bool(mode & _GO_MODE_DIR)
+        return mode is not None and bool(mode & GO_MODE_DIR)
 
     async def is_file(self, path: str, user: str | int | None = None) -> bool:
-        as_other = _is_other_user(self._resolve_user(user))
+        as_other = is_other_user(self._resolve_user(user))
         mode = None if as_other else await self._stat_mode(path)
-        if as_other or (mode is not None and mode & _GO_MODE_SYMLINK):
+        if as_other or (mode is not None and mode & GO_MODE_SYMLINK):
             return await super().is_file(path, user=user)
-        return mode is not None and not mode & _GO_MODE_TYPE
+        return mode is not None and not mode & GO_MODE_TYPE
 
     # ---- file transfer --------------------------------------------------------------------------
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
@@ -479,27 +459,3 @@ class DockerEnvironment(BaseEnvironment):
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         data = await self._get(source_dir.rstrip("/") or "/")
         await run_blocking(_tar.extract_dir, data, Path(target_dir), True)
-
-
-def _inspect_image(api: Any, ref: str) -> dict | None:
-    import docker.errors
-
-    try:
-        return api.inspect_image(ref)
-    except docker.errors.ImageNotFound:
-        return None
-
-
-def daemon_is_local() -> bool:
-    """dockerd runs on this host (unix socket), so host paths can be bind-mounted."""
-    host = os.environ.get("DOCKER_HOST", "")
-    return not host or host.startswith("unix://")
-
-
-def _is_other_user(user: str | int | None) -> bool:
-    """A user whose permissions may differ from root's (the Engine API stats as root)."""
-    return user is not None and str(user) not in {"root", "0"}
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", errors="replace")
