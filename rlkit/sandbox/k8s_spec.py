@@ -168,10 +168,15 @@ def wrap_exec(command: str, cwd: str | None = None, env: dict[str, str] | None =
 
 
 def kill_tree_command(pid_file: str) -> list[str]:
-    """argv that SIGKILLs the process recorded in `pid_file` and all its descendants."""
-    script = ("kt() { for c in $(pgrep -P \"$1\"); do kt \"$c\"; done; kill -9 \"$1\" 2>/dev/null; }; "
-              f"[ -f {shlex.quote(pid_file)} ] && kt \"$(cat {shlex.quote(pid_file)})\"; "
-              f"rm -f {shlex.quote(pid_file)}")
+    """argv that SIGKILLs the process recorded in `pid_file` and all its descendants.
+
+    Pure bash over /proc (no procps needed in the image)."""
+    quoted = shlex.quote(pid_file)
+    script = (
+        "kt() { local dir child key value; for dir in /proc/[0-9]*; do child=${dir#/proc/}; "
+        "while read -r key value; do if [ \"$key\" = PPid: ]; then [ \"$value\" = \"$1\" ] && kt \"$child\"; "
+        "break; fi; done 2>/dev/null < \"$dir/status\"; done; kill -9 \"$1\" 2>/dev/null; }; "
+        f"[ -f {quoted} ] && kt \"$(cat {quoted})\"; rm -f {quoted}")
     return ["bash", "-c", script]
 
 

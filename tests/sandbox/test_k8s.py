@@ -147,7 +147,7 @@ def test_fake_k8s_exec_wraps_cwd_env_user_and_reports_timeouts(task: Path, tmp_p
         assert isinstance(caught.value, TimeoutError)
         # The timed-out command's pid file is used to kill its process tree.
         pid_file = pod_exec.calls[-2][2][2].split("echo $$ > ")[1].split(" ")[0]
-        assert "pgrep -P" in pod_exec.calls[-1][2][2] and pid_file in pod_exec.calls[-1][2][2]
+        assert "PPid:" in pod_exec.calls[-1][2][2] and pid_file in pod_exec.calls[-1][2][2]
 
     asyncio.run(scenario())
 
