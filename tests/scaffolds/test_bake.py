@@ -42,6 +42,7 @@ def test_terminus_needs_no_layer() -> None:
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # the first run bakes every agent image (npm, a pip wheelhouse, CPython 3.12)
 def test_baked_agents_answer_harbors_version_checks(baked_images: dict[str, str]) -> None:
     checks = {
         "cc": ('export PATH="$HOME/.local/bin:$PATH"; claude --version', CLAUDE_CODE_VERSION),
