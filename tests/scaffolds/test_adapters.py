@@ -164,3 +164,19 @@ def test_trial_fields_fit_the_trial_runner() -> None:
         assert all("****" not in value for value in agent.env.values())  # keys survive, unredacted
         in_container = get_scaffold(name).runs_in_container
         assert (spec.backend == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment") is in_container
+
+
+@pytest.mark.parametrize("name", ["cc", "oc", "ohsdk", "terminus"])
+def test_adapter_agrees_with_the_scaffold_axis_module(name: str) -> None:
+    """scripts/templates/scaffold/<name>.env (what a run config composes) and the adapter
+    must name the same harbor agent and API dialect."""
+    repo = Path(__file__).resolve().parents[2]
+    values = dict(line.split("=", 1) for line in (repo / "scripts/templates/scaffold" / f"{name}.env")
+                  .read_text().splitlines() if "=" in line and not line.startswith("#"))
+    scaffold = get_scaffold(name)
+    dialect = {"anthropic_messages": "anthropic", "openai_chat_completions": "openai"}[scaffold.api_format.value]
+    assert values["AGENT_API"] == dialect
+    from harbor.utils.import_path import import_class
+
+    agent_class = import_class(scaffold.agent_import_path, label="agent")
+    assert agent_class.name() == values["HARBOR_AGENT"]
