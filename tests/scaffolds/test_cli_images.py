@@ -1,0 +1,25 @@
+"""`rlkit images build --scaffold NAME`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rlkit.cli.main import main
+from tests.scaffolds.conftest import TASK_DIR
+
+
+def test_unknown_scaffold_is_a_fatal_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["images", "build", str(TASK_DIR), "--no-base", "--scaffold", "opencode"]) == 2
+    err = capsys.readouterr().err
+    assert "✗ FATAL" in err and "unknown scaffold 'opencode'" in err and "Traceback" not in err
+
+
+@pytest.mark.docker
+def test_build_bakes_the_scaffold_layer(baked_images: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "build", str(TASK_DIR), "--scaffold", "oc"],
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "rlkit-task/calc-power-unary:oc" in proc.stdout and "1/1 images ready" in proc.stdout
