@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import Callable
 from typing import Any, Self
@@ -274,7 +275,16 @@ class ProxyServer:
         self._runner = web.AppRunner(ProxyApp(self.core).build(), access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            from rlkit.errors import UserError
+
+            raise UserError(f"port {self.config.port} on {self.config.host} is already in use (a proxy left over "
+                            "from an earlier run?)", key="port",
+                            fix="run `bash scripts/cleanup_before_run.sh`, or pick another --port") from exc
         sockets = site._server.sockets if site._server else []  # port 0: learn the real one
         if sockets:
             self.port = sockets[0].getsockname()[1]

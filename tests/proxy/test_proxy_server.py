@@ -436,3 +436,21 @@ def test_an_upstream_failure_after_the_stream_opened_is_an_error_event(tiny_mode
     assert "event: error" in an.text and '"api_error"' in an.text
     assert '"upstream_error"' in oa.text and oa.text.rstrip().endswith("data: [DONE]")
     assert plain.status_code == 502 and "engine died" in plain.json()["error"]["message"]
+
+
+def test_a_busy_port_is_a_user_error(tiny_model_dir: Path) -> None:
+    import socket
+
+    from rlkit.errors import UserError
+
+    async def body() -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+            port = sock.getsockname()[1]
+            config = ProxyConfig(model_path=str(tiny_model_dir), upstreams=["http://127.0.0.1:9"], port=port)
+            with pytest.raises(UserError, match="already in use") as err:
+                async with ProxyServer(config):
+                    pass
+            assert "cleanup_before_run" in err.value.fix
+    run(body())
