@@ -88,7 +88,7 @@ def fill_rollout_details(context: AgentContext, record: dict[str, Any] | None) -
     """harbor's own place for token ids (result.json agent_result.rollout_details), one
     entry per proxy call, unless the agent filled it itself."""
     calls = calls_of(record or {})
-    if not calls or context.rollout_details:
+    if not calls or any(context.rollout_details or []):
         return
     context.rollout_details = [{
         "prompt_token_ids": [c["prompt_ids"] for c in calls],
@@ -143,3 +143,6 @@ class TerminusAgent(TokenRecordMixin, Terminus2):
             await super().run(instruction, environment, context)
         finally:
             await self._collect_token_record()
+            # Terminus-2 fills the context during its run, so harbor never calls
+            # populate_context_post_run for it: add the ids here.
+            fill_rollout_details(context, self._record)

@@ -47,6 +47,13 @@ def _assert_trajectory_matches(agent_dir: Path, calls: list[dict]) -> None:
     assert [s["metrics"]["logprobs"] for s in agent_steps] == [c["logprobs"] for c in calls]
 
 
+def _assert_result_rollout_details(trial_dir: Path, calls: list[dict]) -> None:
+    """harbor's own record of the ids (result.json agent_result.rollout_details) agrees."""
+    [details] = json.loads((trial_dir / "result.json").read_text())["agent_result"]["rollout_details"]
+    assert details["completion_token_ids"] == [c["completion_ids"] for c in calls]
+    assert details["logprobs"] == [c["logprobs"] for c in calls]
+
+
 def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_turns: int = 1):
     """One whole trial (sandbox, agent, verifier) through rlkit's trial runner on harbor's Trial."""
     from rlkit.rollout.trial import TrialSpec, run_trial
@@ -71,9 +78,7 @@ def test_agent_cli_calls_policy_through_proxy(name: str, scaffold_stack: ProxySt
     agent_dir = tmp_path / session / "agent"
     _assert_trajectory_matches(agent_dir, calls)
     assert json.loads((agent_dir / "proxy_record.json").read_text())["session_id"] == session
-    # harbor's own record of the ids (result.json) agrees.
-    [details] = json.loads((tmp_path / session / "result.json").read_text())["agent_result"]["rollout_details"]
-    assert details["completion_token_ids"] == [c["completion_ids"] for c in calls]
+    _assert_result_rollout_details(tmp_path / session, calls)
 
 
 # Terminus-2's JSON protocol: a command, then task_complete (asked twice, answered twice).
@@ -93,6 +98,7 @@ def test_terminus_trial_runs_to_completion(scaffold_stack: ProxyStack, task_imag
     assert all(call["finish_reason"] == "stop" for call in calls)
     agent_dir = tmp_path / session / "agent"
     _assert_trajectory_matches(agent_dir, calls)
+    _assert_result_rollout_details(tmp_path / session, calls)
     # Terminus-2's own trajectory (with the tool observations) is kept beside it.
     own = json.loads((agent_dir / "trajectory.terminus.json").read_text())
     assert any("ls /app" in json.dumps(step) for step in own["steps"])
