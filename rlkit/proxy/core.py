@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,8 +26,8 @@ log = logging.getLogger("rlkit.proxy")
 # Request fields passed through to vLLM's sampling (OpenAI names plus vLLM extras).
 SAMPLING_KEYS = frozenset({
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
-    "repetition_penalty", "structured_outputs", "stop_token_ids", "ignore_eos", "min_tokens", "n",
-})
+    "repetition_penalty", "structured_outputs", "stop_token_ids", "ignore_eos", "min_tokens",
+})  # not "n": one trajectory per session
 
 
 class ProxyConfig(BaseModel):
@@ -58,7 +58,6 @@ class ChatResult:
     completion_tokens: int
     call_index: int
     parse_failure: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def pick_sampling(body: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +183,6 @@ class ProxyCore:
                                        prompt_tokens=len(prompt_ids), max_tokens=window)
         limit = max(1, min(x for x in (max_tokens, self.config.max_response_tokens, room) if x is not None))
         params = {**self.config.default_sampling, **sampling, **session.sampling_overrides, "max_tokens": limit}
-        params.pop("n", None)  # one trajectory per session
         stop_ids = getattr(getattr(self.parser, "_parser", None), "stop_token_ids", None)
         if stop_ids:
             params["stop_token_ids"] = list({*params.get("stop_token_ids", []), *stop_ids})

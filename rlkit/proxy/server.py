@@ -250,7 +250,7 @@ class ProxyServer:
 
     def __init__(self, config: ProxyConfig, *, core: ProxyCore | None = None) -> None:
         self.config = config
-        self.core = core or ProxyCore(config)
+        self._core = core  # built in start(): loading the tokenizer and verl's parser takes seconds
         self.port = config.port
         self._runner: Any = None
 
@@ -267,10 +267,19 @@ class ProxyServer:
     def anthropic_base_url(self, session_id: str) -> str:
         return self.session_url(session_id)
 
+    @property
+    def core(self) -> ProxyCore:
+        if self._core is None:
+            raise RuntimeError("the proxy is not started")
+        return self._core
+
     async def start(self) -> ProxyServer:
         from aiohttp import web
 
-        await asyncio.get_running_loop().run_in_executor(None, anthropic.warm_up)
+        loop = asyncio.get_running_loop()
+        if self._core is None:  # off the loop: tokenizer + verl imports would stall other tasks
+            self._core = await loop.run_in_executor(None, ProxyCore, self.config)
+        await loop.run_in_executor(None, anthropic.warm_up)
         await self.core.start()
         self._runner = web.AppRunner(ProxyApp(self.core).build(), access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -295,7 +304,8 @@ class ProxyServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        await self.core.close()
+        if self._core is not None:
+            await self._core.close()
 
     async def __aenter__(self) -> Self:
         try:
