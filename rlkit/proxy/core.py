@@ -19,7 +19,7 @@ from rlkit.proxy.render import ChatRenderer, normalize_message, tools_key
 from rlkit.proxy.session import Chain, Session, SessionStore
 from rlkit.proxy.toolcalls import ParsedCompletion
 from rlkit.proxy.trajectory import CallRecord
-from rlkit.proxy.upstream import ReplicaRouter, UpstreamClient
+from rlkit.proxy.upstream import ReplicaRouter, ReplicaUnreachable, UpstreamClient
 
 log = logging.getLogger("rlkit.proxy")
 
@@ -163,6 +163,20 @@ class ProxyCore:
         full = self.renderer.encode_full(messages, tools)
         return None, None, full, full
 
+    async def _complete(self, session_id: str, prompt_ids: list[int],
+                        params: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """One completion on the session's replica; an unreachable one is benched and the next tried."""
+        for _ in range(len(self.router.replicas)):
+            replica = self.router.pick(session_id)
+            try:
+                return await self.client.complete(replica, prompt_ids, params), replica
+            except ReplicaUnreachable as exc:
+                self.router.mark_down(replica)
+                log.warning("%s; benched for %.0fs", exc.message, self.router.down_s)
+                if not self.router.any_up():
+                    raise
+        raise UpstreamError("no vLLM replica is reachable")
+
     async def chat(self, session_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                    sampling: dict[str, Any], max_tokens: int | None = None,
                    on_accepted: Callable[[int], Awaitable[None]] | None = None) -> ChatResult:
@@ -189,10 +203,9 @@ class ProxyCore:
 
         if on_accepted is not None:
             await on_accepted(len(prompt_ids))
-        replica = self.router.pick(session_id)
         started = time.perf_counter()
         try:
-            out = await self.client.complete(replica, prompt_ids, params)
+            out, replica = await self._complete(session_id, prompt_ids, params)
         except ContextExceededError:
             self.stats["context_exceeded"] += 1
             session.add_reason("context_exceeded")

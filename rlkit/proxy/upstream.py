@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,14 +16,20 @@ class Replica:
     base_url: str
     in_flight: int = 0
     sessions: int = 0
+    down_until: float = 0.0  # monotonic time; unreachable replicas sit out a while
 
 
 @dataclass
 class ReplicaRouter:
-    """Keeps a session on one replica (its prefix cache); new sessions go to the least loaded."""
+    """Keeps a session on one replica (its prefix cache); new sessions go to the least loaded.
+
+    A replica that cannot be reached is benched for `down_s`; its sessions move to a live
+    one (losing only their prefix cache) instead of failing until the run ends.
+    """
 
     replicas: list[Replica]
     assignment: dict[str, int] = field(default_factory=dict)
+    down_s: float = 30.0
 
     @classmethod
     def from_urls(cls, urls: list[str]) -> ReplicaRouter:
@@ -32,17 +39,33 @@ class ReplicaRouter:
 
     def pick(self, session_id: str) -> Replica:
         index = self.assignment.get(session_id)
+        if index is not None and self.replicas[index].down_until > time.monotonic():
+            self.release(session_id)
+            index = None
         if index is None:
+            now = time.monotonic()
             index = min(range(len(self.replicas)),
-                        key=lambda i: (self.replicas[i].in_flight, self.replicas[i].sessions, i))
+                        key=lambda i: (self.replicas[i].down_until > now, self.replicas[i].in_flight,
+                                       self.replicas[i].sessions, i))
             self.assignment[session_id] = index
             self.replicas[index].sessions += 1
         return self.replicas[index]
+
+    def mark_down(self, replica: Replica) -> None:
+        replica.down_until = time.monotonic() + self.down_s
+
+    def any_up(self) -> bool:
+        now = time.monotonic()
+        return any(r.down_until <= now for r in self.replicas)
 
     def release(self, session_id: str) -> None:
         index = self.assignment.pop(session_id, None)
         if index is not None:
             self.replicas[index].sessions -= 1
+
+
+class ReplicaUnreachable(UpstreamError):
+    """No connection to a replica (down or restarting); another replica may serve the call."""
 
 
 _CONTEXT_HINTS = ("maximum context length", "context length", "max_model_len", "too long")
@@ -103,8 +126,11 @@ class UpstreamClient:
                                        headers={"content-type": "application/json"}) as resp:
                 raw = await resp.read()
                 status = resp.status
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise UpstreamError(f"vLLM at {replica.base_url} unreachable: {exc}", upstream=replica.base_url) from exc
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            raise ReplicaUnreachable(f"vLLM at {replica.base_url} unreachable: {exc}",
+                                     upstream=replica.base_url) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UpstreamError(f"vLLM at {replica.base_url} failed: {exc!r}", upstream=replica.base_url) from exc
         finally:
             replica.in_flight -= 1
         if status != 200:

@@ -454,3 +454,34 @@ def test_a_busy_port_is_a_user_error(tiny_model_dir: Path) -> None:
                     pass
             assert "cleanup_before_run" in err.value.fix
     run(body())
+
+
+def test_sessions_move_off_a_replica_that_went_away(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, ["one", "two"], upstreams=2) as (proxy, fakes):
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("m")) as client:
+                msgs = [{"role": "user", "content": "hi"}]
+                r = (await client.post("/chat/completions", json={"messages": msgs})).json()
+                first = proxy.trajectory("m")["calls"][0]["upstream"]
+                dead = next(f for f in fakes if f.base_url == first)
+                await dead.stop()
+                msgs += [r["choices"][0]["message"], {"role": "user", "content": "again"}]
+                second = await client.post("/chat/completions", json={"messages": msgs})
+                other = await client.post(proxy.openai_base_url("new") + "/chat/completions",
+                                          json={"messages": [{"role": "user", "content": "x"}]})
+            assert second.status_code == 200 and other.status_code == 200
+            traj = proxy.trajectory("m")
+            assert traj["calls"][1]["upstream"] != first
+            assert traj["num_segments"] == 1  # the token record continues on the new replica
+            assert proxy.trajectory("new")["calls"][0]["upstream"] != first  # benched for new sessions too
+    run(body())
+
+
+def test_no_reachable_replica_is_a_502(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir) as (proxy, [fake]):
+            await fake.stop()
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("d")) as client:
+                resp = await client.post("/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+        assert resp.status_code == 502 and "unreachable" in resp.json()["error"]["message"]
+    run(body())
