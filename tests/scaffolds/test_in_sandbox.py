@@ -2,17 +2,22 @@
 
 Every agent runs a whole trial through rlkit's trial runner (harbor's Trial on the
 docker backend). Each in-container agent (Claude Code, OpenCode, OpenHands SDK) runs
-from the image it was baked into, reaches the proxy on the host's loopback (network mode host), and
-must make at least one real completion request; the proxy's session must hold the
-token ids and logprobs of every call, and the ATIF trajectory the adapter writes must
-carry exactly those ids. Terminus-2 drives tmux in the sandbox from the host.
+from the image it was baked into and reaches the proxy on the host's loopback (network
+mode host). The policy (forced by a regex, in its own qwen3_coder syntax) calls the
+agent's shell tool; the agent must run it in the sandbox and send its output back in
+the next request. The proxy's session must hold the token ids and logprobs of every
+call as one segment, and the ATIF trajectory and result.json must carry exactly those
+ids. Terminus-2 drives tmux in the sandbox from the host.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -67,20 +72,6 @@ def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_t
     return asyncio.run(run_trial(spec))
 
 
-@pytest.mark.parametrize("name", ["cc", "oc", "ohsdk"])
-def test_agent_cli_calls_policy_through_proxy(name: str, scaffold_stack: ProxyStack,
-                                               baked_images: dict[str, str], tmp_path: Path) -> None:
-    session = f"pytest-{name}-{uuid.uuid4().hex[:8]}"
-    scaffold_stack.set_sampling(session, FINAL_ANSWER)
-    outcome = _run_trial(name, scaffold_stack, session, tmp_path)
-    assert outcome.graded, outcome  # the verifier ran after the agent
-    calls = _assert_token_record(scaffold_stack.record(session))
-    agent_dir = tmp_path / session / "agent"
-    _assert_trajectory_matches(agent_dir, calls)
-    assert json.loads((agent_dir / "proxy_record.json").read_text())["session_id"] == session
-    _assert_result_rollout_details(tmp_path / session, calls)
-
-
 # Terminus-2's JSON protocol: a command, then task_complete (asked twice, answered twice).
 TERMINUS_ANSWER = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keystrokes": "ls /app\\\\n", '
                    '"duration": 0.1\\}\\], "task_complete": true\\}')
@@ -102,3 +93,64 @@ def test_terminus_trial_runs_to_completion(scaffold_stack: ProxyStack, task_imag
     # Terminus-2's own trajectory (with the tool observations) is kept beside it.
     own = json.loads((agent_dir / "trajectory.terminus.json").read_text())
     assert any("ls /app" in json.dumps(step) for step in own["steps"])
+
+
+# The policy's own tool-call syntax (qwen3_coder), forced: the proxy must parse it into
+# the agent's API, and the agent must run it inside the sandbox.
+PROBE = "echo rlkit-was-here-$((6*7))"  # only running it prints ...-42
+TOOL_CALLS = {
+    "cc": ("Bash", {"command": PROBE, "description": "probe"}),
+    "oc": ("bash", {"command": PROBE}),
+    "ohsdk": ("terminal", {"command": PROBE}),
+}
+
+
+@contextmanager
+def _final_answer_after_first_call(stack: ProxyStack, session: str) -> Iterator[None]:
+    """Once the forced tool call is served, force a final answer so the agent stops
+    (OpenCode has no turn limit; the others end cleanly instead of at their limit)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if stack.record(session)["num_calls"] >= 1:
+                stack.set_sampling(session, FINAL_ANSWER)
+                return
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=10)
+
+
+def _tool_call_regex(function: str, params: dict[str, str]) -> str:
+    import re
+
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return re.escape(f"<tool_call>\n<function={function}>\n{body}</function>\n</tool_call>")
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_CALLS))
+def test_agent_cli_runs_policy_tool_call_through_proxy(name: str, scaffold_stack: ProxyStack,
+                                                       baked_images: dict[str, str], tmp_path: Path) -> None:
+    function, params = TOOL_CALLS[name]
+    session = f"pytest-tool-{name}-{uuid.uuid4().hex[:8]}"
+    scaffold_stack.set_sampling(session, {"structured_outputs": {"regex": _tool_call_regex(function, params)},
+                                          "temperature": 0.0})
+    with _final_answer_after_first_call(scaffold_stack, session):
+        outcome = _run_trial(name, scaffold_stack, session, tmp_path, max_turns=3)
+    assert outcome.graded, outcome
+    calls = _assert_token_record(scaffold_stack.record(session))
+    assert calls[0]["tool_calls"] and not calls[0]["parse_failure"]
+    # The tool's output went back to the policy in the next call's prompt (one segment).
+    assert len(calls) >= 2
+    agent_dir = tmp_path / session / "agent"
+    logs = "".join(p.read_text(errors="replace") for p in agent_dir.rglob("*") if p.is_file())
+    assert "rlkit-was-here-42" in logs  # the command ran in the sandbox and its output reached the agent
+    _assert_trajectory_matches(agent_dir, calls)
+    _assert_result_rollout_details(tmp_path / session, calls)
+    assert json.loads((agent_dir / "proxy_record.json").read_text())["session_id"] == session
