@@ -18,6 +18,7 @@ def test_unknown_scaffold_is_a_fatal_with_a_hint(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # the first run bakes every agent image
 def test_build_bakes_the_scaffold_layer(baked_images: dict[str, str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "build", str(TASK_DIR), "--scaffold", "oc"],
                           capture_output=True, text=True, check=False, timeout=300)
