@@ -28,6 +28,7 @@ from harbor.models.agent.context import AgentContext
 from rlkit.scaffolds.atif import calls_of, write_token_trajectory
 
 TOKEN_RECORD_FILE = "proxy_record.json"
+OHSDK_PYTHON = "/opt/openhands-sdk-venv/bin/python"
 
 
 async def fetch_session_record(url: str, timeout_s: float = 30.0) -> dict[str, Any] | None:
@@ -126,6 +127,11 @@ class OpenCodeAgent(TokenRecordMixin, OpenCode):
 class OpenHandsSDKAgent(TokenRecordMixin, OpenHandsSDK):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **self._init_token_record(kwargs))
+
+    def get_version_command(self) -> str | None:
+        # harbor's check imports the SDK (~6 s per trial); the package metadata says the same.
+        return (f"{OHSDK_PYTHON} -c 'import importlib.metadata as m; print(m.version(\"openhands-sdk\"))'"
+                " 2>/dev/null")
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         try:

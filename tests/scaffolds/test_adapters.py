@@ -180,3 +180,9 @@ def test_adapter_agrees_with_the_scaffold_axis_module(name: str) -> None:
 
     agent_class = import_class(scaffold.agent_import_path, label="agent")
     assert agent_class.name() == values["HARBOR_AGENT"]
+
+
+def test_ohsdk_version_check_reads_metadata_instead_of_importing(tmp_path: Path) -> None:
+    _, sandbox = _drive("ohsdk", tmp_path)
+    [check] = [c for c, _ in sandbox.execs if "openhands" in c and "version" in c]
+    assert "importlib.metadata" in check and "import openhands" not in check
