@@ -105,14 +105,15 @@ class Scaffold:
         return AgentConfig(import_path=self.agent_import_path, model_name=self.model_name(run),
                            base_url=self.base_url(run), kwargs=kwargs, env=self.agent_env(run))
 
-    def environment_kwargs(self) -> dict[str, Any]:
+    def environment_kwargs(self, backend: str = "docker") -> dict[str, Any]:
         """kwargs for the sandbox backend (`TrialEnvironmentConfig.kwargs`): the image with
-        this agent baked in. In-container agents get the network they reach the proxy by;
-        a host-side agent leaves the task's own network policy alone."""
-        if not self.runs_in_container:
-            return {"image_variant": "latest"}
-        return {"image_variant": self.name if self.image_recipe is not None else "latest",
-                "network": self.network_mode}
+        this agent baked in. On docker, in-container agents get the network they reach the
+        proxy by; a host-side agent leaves the task's own network policy alone. (On k8s the
+        proxy is a service address and the backend's own policy applies.)"""
+        kwargs: dict[str, Any] = {"image_variant": self.name if self.image_recipe is not None else "latest"}
+        if backend == "docker" and self.runs_in_container:
+            kwargs["network"] = self.network_mode
+        return kwargs
 
     def environment_import_path(self, backend: str) -> str:
         """Sandbox class for `backend`. On docker, in-container agents need the variant
@@ -126,7 +127,7 @@ class Scaffold:
     def trial_fields(self, run: ScaffoldRun, backend: str = "docker") -> dict[str, Any]:
         """The scaffold's part of a `rlkit.rollout.trial.TrialSpec`: agent, backend and its kwargs."""
         return {"agent": self.agent_config(run), "backend": self.environment_import_path(backend),
-                "environment_kwargs": self.environment_kwargs()}
+                "environment_kwargs": self.environment_kwargs(backend)}
 
     def describe(self) -> dict[str, Any]:
         """Capabilities, for `rlkit check` output and docs."""

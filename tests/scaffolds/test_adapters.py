@@ -142,6 +142,7 @@ def test_in_container_agents_use_baked_image_and_host_network(name: str) -> None
     assert scaffold.environment_kwargs() == {"image_variant": name, "network": "host"}
     assert scaffold.environment_import_path("docker") == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment"
     assert scaffold.environment_import_path("k8s") == "rlkit.sandbox.k8s:KubernetesEnvironment"
+    assert scaffold.environment_kwargs("k8s") == {"image_variant": name}  # K8sOptions has no `network`
     assert scaffold.agent_config(RUN).kwargs["skip_install"] is True
 
 
@@ -152,18 +153,24 @@ def test_scaffold_run_rejects_unknown_keys() -> None:
         ScaffoldRun(session="s", model="m", max_turn=3)  # type: ignore[call-arg]
 
 
-def test_trial_fields_fit_the_trial_runner() -> None:
+@pytest.mark.parametrize("backend", ["docker", "k8s"])
+def test_trial_fields_fit_the_trial_runner(backend: str) -> None:
     from rlkit.rollout.trial import TrialSpec, agent_config
+    from rlkit.sandbox.docker import DockerOptions
+    from rlkit.sandbox.k8s import K8sOptions
 
+    options = {"docker": DockerOptions, "k8s": K8sOptions}[backend]
     for name in SCAFFOLDS.names():
         spec = TrialSpec(task_dir=Path("examples/tasks/calc-power-unary"),
-                         **get_scaffold(name).trial_fields(RUN, backend="docker"))
+                         **get_scaffold(name).trial_fields(RUN, backend=backend))
+        options.model_validate(spec.environment_kwargs)  # the backend accepts every kwarg
         agent = agent_config(spec.agent)
         assert agent.import_path.startswith("rlkit.scaffolds._agents:")
         assert agent.kwargs["rlkit_trajectory_url"] == f"{SESSION_URL}/trajectory"
         assert all("****" not in value for value in agent.env.values())  # keys survive, unredacted
         in_container = get_scaffold(name).runs_in_container
-        assert (spec.backend == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment") is in_container
+        assert (spec.backend == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment") is (in_container
+                                                                                     and backend == "docker")
 
 
 @pytest.mark.parametrize("name", ["cc", "oc", "ohsdk", "terminus"])
