@@ -26,12 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlkit.errors import ImageError, UserError
+from rlkit.sandbox.base_image import BASE_IMAGE
 from rlkit.scaffolds import get_scaffold
 from rlkit.scaffolds.base import Scaffold
 
 AGENTS_ROOT = "/opt/rlkit-agents"
 CACHE_DIR = Path(__file__).resolve().parents[2] / ".rlkit" / "cache" / "agents"
-BASE_IMAGE = "rlkit/base:bookworm"
 OHSDK_VENV = "/opt/openhands-sdk-venv"
 _PYTHON_LDCONF = "/etc/ld.so.conf.d/rlkit-agents-python.conf"
 
@@ -92,10 +92,15 @@ def _stage_npm(scaffold: Scaffold, stage: Path, log: Log) -> None:
 
 
 def _host_python312() -> Path:
-    """Prefix of a CPython 3.12 on this host (the one running rlkit, outside its venv)."""
+    """Prefix of a self-contained CPython 3.12 on this host (the one under rlkit's venv)."""
     prefix = Path(sys.base_prefix)
     if sys.version_info[:2] != (3, 12):
         raise UserError("baking ohsdk needs rlkit to run on CPython 3.12", fix="use the .venv from scripts/setup.sh")
+    # A distro python shares its prefix with the whole OS: copying it is not an option.
+    if str(prefix) in {"/", "/usr", "/usr/local"} or not (prefix / "lib" / "python3.12" / "os.py").is_file():
+        raise UserError(f"the CPython 3.12 at {prefix} is not a self-contained install",
+                        fix="create rlkit's venv from a standalone CPython 3.12 (pyenv or a python-build-standalone "
+                            "tree), as scripts/setup.sh does")
     return prefix
 
 

@@ -58,3 +58,14 @@ def test_baked_agents_answer_harbors_version_checks(baked_images: dict[str, str]
                              capture_output=True, text=True, check=False, timeout=120)
         assert out.returncode == 0, out.stderr
         assert agent.parse_version(out.stdout).startswith(version), (name, out.stdout)
+
+
+def test_ohsdk_bake_refuses_to_copy_a_distro_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from rlkit.errors import UserError
+    from rlkit.scaffolds.bake import _host_python312
+
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    with pytest.raises(UserError, match="not a self-contained install"):
+        _host_python312()
