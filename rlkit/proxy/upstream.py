@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import orjson
 
 from rlkit.errors import ContextExceededError, UpstreamError
+from rlkit.proxy._http import ConnectFailed, HttpPool
 
 
 @dataclass(slots=True)
@@ -72,31 +74,32 @@ _CONTEXT_HINTS = ("maximum context length", "context length", "max_model_len", "
 
 
 class UpstreamClient:
-    """aiohttp client shared by all sessions (one connection pool)."""
+    """Keep-alive connections to every replica, shared by all sessions."""
 
-    def __init__(self, model_name: str, *, timeout_s: float = 3600.0, pool_size: int = 1024) -> None:
+    def __init__(self, model_name: str, *, timeout_s: float = 3600.0) -> None:
         self.model_name = model_name
         self._timeout_s = timeout_s
-        self._pool_size = pool_size
-        self._http: Any = None
+        self._pools: dict[str, HttpPool] = {}
+
+    def _pool(self, replica: Replica) -> HttpPool:
+        pool = self._pools.get(replica.base_url)
+        if pool is None:
+            pool = self._pools[replica.base_url] = HttpPool(replica.base_url)
+        return pool
 
     async def start(self) -> None:
-        import aiohttp
-
-        connector = aiohttp.TCPConnector(limit=self._pool_size, ttl_dns_cache=300)
-        self._http = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(),
-                                           timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+        return None
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
 
     async def max_model_len(self, replica: Replica) -> int | None:
         """The context window vLLM serves with (from /v1/models), or None if unknown."""
         try:
-            async with self._http.get(replica.base_url + "/v1/models") as resp:
-                data = orjson.loads(await resp.read()) if resp.status == 200 else {}
+            status, raw = await self._pool(replica).request("GET", "/v1/models", timeout_s=10)
+            data = orjson.loads(raw) if status == 200 else {}
         except (OSError, TimeoutError, ValueError):
             return None
         for model in data.get("data") or []:
@@ -105,31 +108,24 @@ class UpstreamClient:
         return None
 
     async def healthy(self, replica: Replica, timeout_s: float = 2.0) -> bool:
-        import aiohttp
-
         try:
-            async with self._http.get(replica.base_url + "/health",
-                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                return resp.status == 200
-        except (aiohttp.ClientError, OSError, TimeoutError):
+            status, _ = await self._pool(replica).request("GET", "/health", timeout_s=timeout_s)
+        except (OSError, TimeoutError, ValueError):
             return False
+        return status == 200
 
     async def complete(self, replica: Replica, prompt_ids: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
-        """One token-in/token-out completion. Returns vLLM's first choice plus prompt ids."""
-        import aiohttp
-
+        """One token-in/token-out completion: vLLM's first choice (token ids, logprobs, finish reason)."""
         body = {"model": self.model_name, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
                 "echo": False, "stream": False, **sampling}
         replica.in_flight += 1
         try:
-            async with self._http.post(replica.base_url + "/v1/completions", data=orjson.dumps(body),
-                                       headers={"content-type": "application/json"}) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientConnectionError, OSError) as exc:
+            status, raw = await self._pool(replica).request("POST", "/v1/completions", orjson.dumps(body),
+                                                            timeout_s=self._timeout_s)
+        except ConnectFailed as exc:
             raise ReplicaUnreachable(f"vLLM at {replica.base_url} unreachable: {exc}",
                                      upstream=replica.base_url) from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             raise UpstreamError(f"vLLM at {replica.base_url} failed: {exc!r}", upstream=replica.base_url) from exc
         finally:
             replica.in_flight -= 1
