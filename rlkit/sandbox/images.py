@@ -114,14 +114,15 @@ class BuildOutcome:
 ProgressFn = Callable[[int, int, str], None]
 
 
-def text_progress(stream=sys.stderr) -> ProgressFn:
-    """A one-line text progress bar on stderr."""
+def text_progress(stream=None) -> ProgressFn:
+    """A one-line text progress bar on stderr (looked up per call, so a redirected stderr is honoured)."""
     def show(done: int, total: int, label: str) -> None:
+        out = stream or sys.stderr
         width = 30
         filled = int(width * done / max(total, 1))
         end = "\n" if done == total else ""
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:<50}{end}")
-        stream.flush()
+        out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:<50}{end}")
+        out.flush()
     return show
 
 
