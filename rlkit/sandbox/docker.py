@@ -23,7 +23,6 @@ from typing import Any, Literal
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
-from harbor.environments.options import EnvironmentOptions
 from harbor.models.task.config import NetworkMode
 from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import EnvironmentPaths
@@ -51,7 +50,7 @@ from rlkit.sandbox._exec_session import (
     keepalive_command,
     kill_tree_script,
 )
-from rlkit.sandbox.labels import SandboxLabels
+from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 DockerNetwork = Literal["none", "bridge", "host"]
@@ -63,27 +62,20 @@ _build_locks: dict[str, threading.Lock] = {}
 _build_locks_guard = threading.Lock()
 
 
-class DockerOptions(EnvironmentOptions):
+class DockerOptions(SandboxIdentityOptions):
     """kwargs of `TrialEnvironmentConfig` for the docker backend."""
 
-    image: str | None = Field(None, description="image to run; default: the task's image (built if missing)")
-    registry: str | None = Field(None, description="registry prefix of task images (site.env REGISTRY)")
-    image_variant: str = Field("latest", description="task image tag; a scaffold name for baked-agent layers")
     build_missing: bool = Field(True, description="build the task image from environment/Dockerfile if absent")
     network: DockerNetwork | None = Field(
         None, description="docker network mode; default from the task: no-network → none, public → bridge. "
         "`host` lets an in-container agent reach a proxy on the host's loopback")
-    project: str | None = Field(None, description="label rlkit.project (default $RLKIT_PROJECT)")
-    experiment: str | None = Field(None, description="label rlkit.experiment (default $RLKIT_EXPERIMENT)")
-    step: str | int | None = Field(None, description="label rlkit.step (default $RLKIT_STEP)")
-    session: str | None = Field(None, description="label rlkit.session (default: harbor's session id)")
     init: bool = Field(True, description="run docker-init as PID 1 so agent subprocesses are reaped")
     extra_hosts: dict[str, str] = Field(default_factory=dict, description="extra /etc/hosts entries")
     exec_session: bool = Field(True, description="run root commands through the container's keep-alive shell "
                                "instead of a `docker exec` each (docker exec when busy or unavailable)")
 
 
-class DockerEnvironment(BaseEnvironment):
+class DockerEnvironment(SandboxIdentity, BaseEnvironment):
     """A long-lived `sleep infinity` container; exec/upload/download go through the Engine API."""
 
     options_model = DockerOptions
@@ -131,23 +123,6 @@ class DockerEnvironment(BaseEnvironment):
     def container_id(self) -> str | None:
         return self._container_id
 
-    def image_ref(self) -> str:
-        from rlkit.sandbox.images import task_image_ref
-
-        if self.opts.image:
-            return self.opts.image
-        if self.task_env_config.docker_image:
-            return self.task_env_config.docker_image
-        return task_image_ref(self.environment_name, self.opts.registry, self.opts.image_variant)
-
-    def labels(self) -> dict[str, str]:
-        overrides: dict[str, object] = {"session": self.opts.session or self.session_id,
-                                        "task": self.environment_name}
-        for key in ("project", "experiment", "step"):
-            value = getattr(self.opts, key)
-            if value is not None:
-                overrides[key] = value
-        return SandboxLabels.from_env(**overrides).as_dict()
 
     def network_mode(self) -> DockerNetwork:
         if self.opts.network:

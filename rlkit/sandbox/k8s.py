@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Protocol
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
-from harbor.environments.options import EnvironmentOptions
 from harbor.models.task.config import NetworkMode
 from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import EnvironmentPaths
@@ -29,7 +28,7 @@ from rlkit.errors import SandboxError, UserError
 from rlkit.sandbox import _tar
 from rlkit.sandbox import k8s_spec as spec
 from rlkit.sandbox._docker_client import run_blocking
-from rlkit.sandbox.labels import SandboxLabels
+from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 # Waiting reasons that never resolve by themselves: fail the start at once.
@@ -37,13 +36,10 @@ FATAL_WAITING = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "Create
                  "CreateContainerError", "ErrImageNeverPull", "CrashLoopBackOff"}
 
 
-class K8sOptions(EnvironmentOptions):
+class K8sOptions(SandboxIdentityOptions):
     """kwargs of `TrialEnvironmentConfig` for the kubernetes backend."""
 
     namespace: str = Field("rlkit", description="namespace the trial pods run in")
-    image: str | None = Field(None, description="image to run; default: the task image under `registry`")
-    registry: str | None = Field(None, description="registry prefix of task images (site.env REGISTRY)")
-    image_variant: str = Field("latest", description="task image tag; a scaffold name for baked-agent layers")
     pull_policy: spec.PullPolicy = Field("IfNotPresent", description="imagePullPolicy of the main container")
     image_pull_secrets: list[str] = Field(default_factory=list)
     service_account: str | None = None
@@ -52,10 +48,6 @@ class K8sOptions(EnvironmentOptions):
     active_deadline_sec: int | None = Field(6 * 3600, description="pod self-destructs after this long")
     start_timeout_sec: float = Field(600, description="how long to wait for the pod to run")
     poll_interval_sec: float = Field(0.5, description="pod status poll interval while starting")
-    project: str | None = None
-    experiment: str | None = None
-    step: str | int | None = None
-    session: str | None = None
     kube_context: str | None = Field(None, description="kubeconfig context (default: current)")
 
 
@@ -138,7 +130,7 @@ def delete_labelled_pods(core_api: Any, namespace: str, labels: dict[str, str],
         yield name, dict(pod.metadata.labels or {})
 
 
-class KubernetesEnvironment(BaseEnvironment):
+class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
     """One pod per trial, exec through the stream API, tar-over-exec transfers."""
 
     options_model = K8sOptions
@@ -212,22 +204,6 @@ class KubernetesEnvironment(BaseEnvironment):
         return self._pod
 
     # ---- pod spec ------------------------------------------------------------------------------
-    def image_ref(self) -> str:
-        from rlkit.sandbox.images import task_image_ref
-
-        if self.opts.image:
-            return self.opts.image
-        if self.task_env_config.docker_image:
-            return self.task_env_config.docker_image
-        return task_image_ref(self.environment_name, self.opts.registry, self.opts.image_variant)
-
-    def labels(self) -> dict[str, str]:
-        overrides: dict[str, object] = {"session": self.opts.session or self.session_id,
-                                        "task": self.environment_name}
-        for key in ("project", "experiment", "step"):
-            if getattr(self.opts, key) is not None:
-                overrides[key] = getattr(self.opts, key)
-        return SandboxLabels.from_env(**overrides).as_dict()
 
     def resources(self) -> spec.PodResources:
         guarantee = ResourceMode.GUARANTEE  # AUTO on k8s: request == limit (Guaranteed QoS)

@@ -52,11 +52,22 @@ class TokenRecordMixin:
     logs_dir: Path
     logger: Any
 
-    def _init_token_record(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        self._trajectory_url: str | None = kwargs.pop("rlkit_trajectory_url", None)
-        self._scaffold: str = kwargs.pop("rlkit_scaffold", "agent")
+    def __init__(self, *args: Any, rlkit_trajectory_url: str | None = None, rlkit_scaffold: str = "agent",
+                 **kwargs: Any) -> None:
+        self._trajectory_url = rlkit_trajectory_url
+        self._scaffold = rlkit_scaffold
         self._record: dict[str, Any] | None = None
-        return kwargs
+        super().__init__(*args, **kwargs)
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        try:
+            await super().run(instruction, environment, context)  # type: ignore[misc]
+        finally:
+            await self._collect_token_record()
+            self._after_token_record(context)
+
+    def _after_token_record(self, context: AgentContext) -> None:
+        """Hook for agents that need more than populate_context_post_run."""
 
     async def _collect_token_record(self) -> None:
         if not self._trajectory_url:
@@ -103,52 +114,22 @@ def fill_rollout_details(context: AgentContext, record: dict[str, Any] | None) -
 
 
 class ClaudeCodeAgent(TokenRecordMixin, ClaudeCode):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **self._init_token_record(kwargs))
-
-    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
-        try:
-            await super().run(instruction, environment, context)
-        finally:
-            await self._collect_token_record()
+    pass
 
 
 class OpenCodeAgent(TokenRecordMixin, OpenCode):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **self._init_token_record(kwargs))
-
-    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
-        try:
-            await super().run(instruction, environment, context)
-        finally:
-            await self._collect_token_record()
+    pass
 
 
 class OpenHandsSDKAgent(TokenRecordMixin, OpenHandsSDK):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **self._init_token_record(kwargs))
-
     def get_version_command(self) -> str | None:
         # harbor's check imports the SDK (~6 s per trial); the package metadata says the same.
         return (f"{OHSDK_PYTHON} -c 'import importlib.metadata as m; print(m.version(\"openhands-sdk\"))'"
                 " 2>/dev/null")
 
-    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
-        try:
-            await super().run(instruction, environment, context)
-        finally:
-            await self._collect_token_record()
-
 
 class TerminusAgent(TokenRecordMixin, Terminus2):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **self._init_token_record(kwargs))
-
-    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
-        try:
-            await super().run(instruction, environment, context)
-        finally:
-            await self._collect_token_record()
-            # Terminus-2 fills the context during its run, so harbor never calls
-            # populate_context_post_run for it: add the ids here.
-            fill_rollout_details(context, self._record)
+    def _after_token_record(self, context: AgentContext) -> None:
+        # Terminus-2 fills the context during its run, so harbor never calls
+        # populate_context_post_run for it: add the ids here.
+        fill_rollout_details(context, self._record)
