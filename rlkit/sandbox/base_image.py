@@ -94,9 +94,17 @@ def _parse_sources(text: str) -> list[tuple[str, list[str]]]:
 
 
 def find_image_with_recipe(client: object, recipe: BaseImageRecipe) -> str | None:
-    """Id of a local image labelled with this recipe's hash, if any."""
+    """Id of the local base image built from this recipe, if any.
+
+    Every image built FROM the base inherits its recipe label, so the label alone would
+    also match task images and scaffold layers: only the imported image (no parent) counts."""
     images = client.images.list(filters={"label": f"{RECIPE_LABEL}={recipe.digest()}"})  # type: ignore[attr-defined]
-    return images[0].id if images else None
+    for image in images:
+        if recipe.hashed_tag() in image.tags:
+            return image.id
+    # An imported image has no parent; anything built FROM it has one.
+    roots = [image for image in images if not image.attrs.get("Parent")]
+    return roots[0].id if roots else None
 
 
 def ensure_base_image(recipe: BaseImageRecipe | None = None, *, force: bool = False, mirror: str | None = None,

@@ -48,3 +48,24 @@ def test_base_image_is_labelled_cached_and_has_the_tools(base_image: str, docker
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert "pytest" in (out.stdout + out.stderr) and "tmux" in out.stdout
+
+
+@pytest.mark.docker
+def test_images_built_from_the_base_never_replace_it(base_image: str, tmp_path: Path) -> None:
+    """Derived images inherit the recipe label; re-running ensure_base_image must still
+    tag the imported base, not a task image or scaffold layer built on top of it."""
+    import docker
+
+    recipe = BaseImageRecipe()
+    (tmp_path / "Dockerfile").write_text(f"FROM {base_image}\nLABEL rlkit.test=derived\nRUN true\n")
+    derived = "rlkit-test/derived-from-base:latest"
+    subprocess.run(["docker", "build", "-q", "-t", derived, str(tmp_path)], check=True, capture_output=True)
+    client = docker.from_env()
+    try:
+        base_id = client.images.get(recipe.hashed_tag()).id
+        assert client.images.get(derived).labels.get(RECIPE_LABEL) == recipe.digest()
+        assert ensure_base_image(recipe, log=lambda _msg: None) == recipe.image
+        assert client.images.get(recipe.image).id == base_id
+    finally:
+        client.images.remove(derived, force=True)
+        client.close()
