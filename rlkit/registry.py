@@ -10,11 +10,8 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
 
 from rlkit.errors import UserError
-
-T = TypeVar("T")
 
 
 def import_string(path: str) -> object:
@@ -29,7 +26,7 @@ def import_string(path: str) -> object:
         raise UserError(f"{module_name} has no attribute {attr!r}", fix="check the spelling") from exc
 
 
-class Registry(Generic[T]):
+class Registry[T]:
     """Name -> entry, with duplicate detection and did-you-mean errors."""
 
     def __init__(self, kind: str) -> None:

@@ -15,6 +15,7 @@ while [ $# -gt 0 ]; do
 done
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
+.venv/bin/ruff check rlkit tests bench
 set +e
 .venv/bin/python -m pytest "${markers[@]}" "$@"
 rc=$?
