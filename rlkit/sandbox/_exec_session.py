@@ -36,11 +36,16 @@ if command -v base64 >/dev/null && d=$(mktemp -d /tmp/.rlkit-exec.XXXXXX); then
     script=$(printf %s "$b64" | base64 -d)
     # Files per request: a background process the command left behind keeps writing
     # into its own (then deleted) files, never into the next command's output.
-    bash -c "$script" >"$d/$id.o" 2>"$d/$id.e" </dev/null &
+    # A forked subshell, not `bash -c`: the script ends in `exec bash -c`, so one bash starts.
+    ( eval "$script" ) >"$d/$id.o" 2>"$d/$id.e" </dev/null &
     pid=$!
     echo "S $id $pid"
     wait "$pid"; rc=$?
-    echo "R $id $rc $(base64 -w0 <"$d/$id.o") $(base64 -w0 <"$d/$id.e")"
+    # Empty outputs (most stderr, many stdout) cost no base64 process.
+    o=; e=
+    [ -s "$d/$id.o" ] && o=$(base64 -w0 <"$d/$id.o")
+    [ -s "$d/$id.e" ] && e=$(base64 -w0 <"$d/$id.e")
+    echo "R $id $rc $o $e"
     rm -f "$d/$id.o" "$d/$id.e"
   done
 else
