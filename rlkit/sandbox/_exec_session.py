@@ -6,7 +6,7 @@ one that keeps it alive) is a small bash loop reading requests on its stdin, whi
 backend holds through `docker attach`:
 
     hello:    "H <dir>\\n" (ready) or "N\\n" (no base64/mktemp here: use docker exec)
-    request:  "<id> <base64 script>\\n"
+    request:  "<id> <script, control bytes/spaces/backslashes as \\0NNN>\\n"
     answers:  "S <id> <pid>\\n"                               (command started)
               "R <id> <exit code> <base64 stdout> <base64 stderr>\\n"   (command done)
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import re
 import select
 import shlex
 import socket
@@ -32,8 +33,8 @@ from typing import Any
 _SERVER = r"""exec 2>/dev/null
 if command -v base64 >/dev/null && d=$(mktemp -d /tmp/.rlkit-exec.XXXXXX); then
   echo "H $d"
-  while IFS=' ' read -r id b64; do
-    script=$(printf %s "$b64" | base64 -d)
+  while IFS=' ' read -r id payload; do
+    printf -v script '%b' "$payload"  # a builtin: decoding costs no process
     # Files per request: a background process the command left behind keeps writing
     # into its own (then deleted) files, never into the next command's output.
     # A forked subshell, not `bash -c`: the script ends in `exec bash -c`, so one bash starts.
@@ -57,6 +58,15 @@ exec sleep infinity
 _BOOT = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$0"; fi; exec sleep infinity'
 HELLO_TIMEOUT_SEC = 30.0
 POLL_SEC = 0.2
+
+
+_NEEDS_ESCAPE = re.compile(rb"[\x00-\x20\x7f\\]")
+
+
+def encode_script(script: str) -> bytes:
+    """One request line for the session: every control byte, space and backslash as
+    `\\0NNN`, which the loop's `printf %b` (a bash builtin) turns back into the script."""
+    return _NEEDS_ESCAPE.sub(lambda m: b"\\0%03o" % m[0][0], script.encode())
 
 
 def keepalive_command() -> list[str]:
@@ -162,8 +172,7 @@ class ExecSession:
             if self._stale is not None:
                 self._drain(self._stale)
             request_id = str(next(self._ids))
-            payload = base64.b64encode(script.encode()).decode()
-            self._raw.sendall(f"{request_id} {payload}\n".encode())
+            self._raw.sendall(request_id.encode() + b" " + encode_script(script) + b"\n")
             started = self._read_line(None if deadline is None else max(deadline, time.monotonic() + 30))
             tag, rid, pid = (started.split(" ") + ["", "", ""])[:3]
             if tag != "S" or rid != request_id or not pid.isdigit():

@@ -19,6 +19,9 @@ COMMANDS = [
     ("printf 'caf\\xc3\\xa9\\n'; head -c 3000000 /dev/zero | tr '\\0' a | wc -c", None, None),
     ("cat /nonexistent", "/", None),
     ("true", None, None),
+    # Bytes the request line escapes: tabs, backslashes (\\c would stop printf %b), %, runs
+    # of spaces, trailing spaces, non-ASCII, several lines.
+    ("printf '%s|' 'a\tb' 'c\\cd' '50%' \"x  y\" ' é → ü '\necho \"two\\\\lines\"   ", None, None),
     ("cd /missing-dir", None, None),
 ]
 
