@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _SERVER = r"""exec 2>/dev/null
-if command -v base64 >/dev/null && d=$(mktemp -d /tmp/.rlkit-exec.XXXXXX); then
+if command -v base64 >/dev/null && d=$(mktemp -d); then
   echo "H $d"
   while IFS=' ' read -r id payload; do
     printf -v script '%b' "$payload"  # a builtin: decoding costs no process
