@@ -153,16 +153,19 @@ def test_cli_trial(task_images, tmp_path: Path, capsys):
     assert len(list(tmp_path.glob("word-frequency__*/result.json"))) == 1
 
 
-def _running_execs(session: str) -> int:
+def _agent_running(session: str) -> bool:
+    """The slow agent's `sleep 120` runs in the trial's container (through docker exec or the
+    backend's exec session alike)."""
     from rlkit.sandbox._docker_client import api_client
 
     containers = containers_of(session)
     if not containers:
-        return 0
+        return False
     try:
-        return len(api_client().inspect_container(containers[0]["Id"]).get("ExecIDs") or [])
+        processes = api_client().top(containers[0]["Id"]).get("Processes") or []
     except Exception:  # noqa: BLE001 — removed between the two calls
-        return 0
+        return False
+    return any("sleep 120" in " ".join(row) for row in processes)
 
 
 def test_cancelled_trial_still_removes_its_sandbox(task_images, tmp_path: Path):
@@ -176,7 +179,7 @@ def test_cancelled_trial_still_removes_its_sandbox(task_images, tmp_path: Path):
         task = asyncio.create_task(run_trial(spec))
         for _ in range(600):  # wait (up to a minute) until the sandbox exists and the agent runs in it
             await asyncio.sleep(0.1)
-            if _running_execs(session):
+            if _agent_running(session):
                 break
         seen = bool(containers_of(session))
         task.cancel()
