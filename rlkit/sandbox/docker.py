@@ -51,6 +51,7 @@ from rlkit.sandbox._exec_session import (
     kill_tree_script,
 )
 from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
+from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 DockerNetwork = Literal["none", "bridge", "host"]
@@ -215,7 +216,14 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         return buf.getvalue()
 
     async def prepare_logs_for_host(self) -> None:
-        """Give bind-mounted log files to the host user (only needed when that is not root)."""
+        """Make bind-mounted log dirs safe and readable for the host, before harbor reads them.
+
+        Symlinks the agent left there are removed: host-side code (harbor's log parsing,
+        trajectory writers) would otherwise follow them to host files. Then the files are
+        given to the host user when that is not root."""
+        for mount in self._host_mounts:
+            if mount.get("type") == "bind" and not mount.get("read_only"):
+                drop_symlinks(Path(str(mount["source"])))
         if not self._host_mounts or os.getuid() == 0 or self._container_id is None:
             return
         targets = " ".join(shlex.quote(str(m["target"])) for m in self._host_mounts if not m.get("read_only"))

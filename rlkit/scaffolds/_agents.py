@@ -25,6 +25,7 @@ from harbor.agents.terminus_2 import Terminus2
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
+from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.scaffolds.atif import calls_of, write_token_trajectory
 
 TOKEN_RECORD_FILE = "proxy_record.json"
@@ -78,6 +79,7 @@ class TokenRecordMixin:
             return
         # The raw record too: it holds the merged segments (masks) the trainer reads.
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        drop_symlinks(self.logs_dir)  # the agent may have planted links to host files
         (self.logs_dir / TOKEN_RECORD_FILE).write_text(json.dumps(self._record))
         self._write_token_trajectory()
 

@@ -244,3 +244,27 @@ def test_log_dirs_are_bind_mounted_on_a_local_daemon(calc_task: Path, tmp_path: 
     assert (mounted.trial_paths.agent_dir / "a.txt").read_text() == "hi\n"
     assert asyncio.run(write_reward(copied)) == (False, "777")
     assert not (copied.trial_paths.verifier_dir / "reward.txt").exists()
+
+
+def test_symlinks_an_agent_plants_in_mounted_logs_are_dropped_before_the_host_reads(
+        calc_task: Path, tmp_path: Path) -> None:
+    """A link in /logs/agent would point into the host's filesystem once host-side code opens it."""
+    env = make_env(calc_task, tmp_path)
+    victim = tmp_path / "host-file.txt"
+    victim.write_text("host data\n")
+
+    async def plant_links() -> None:
+        await env.start(force_build=False)
+        try:
+            await env.exec(f"mkdir -p /logs/agent/sub && ln -s {victim} /logs/agent/trajectory.json && "
+                           "ln -s /etc /logs/agent/sub/etc && echo ok > /logs/agent/kept.txt")
+            await env.prepare_logs_for_host()
+        finally:
+            await env.stop(delete=True)
+
+    asyncio.run(plant_links())
+    agent_dir = env.trial_paths.agent_dir
+    assert not (agent_dir / "trajectory.json").is_symlink()
+    assert not (agent_dir / "sub" / "etc").is_symlink()
+    assert (agent_dir / "kept.txt").read_text() == "ok\n"
+    assert victim.read_text() == "host data\n"
