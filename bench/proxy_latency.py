@@ -1,6 +1,6 @@
 """Added latency of the token-recording proxy, per call, at concurrency 1, 64 and 256.
 
-    .venv/bin/python bench/proxy_latency.py [--litellm PATH_TO_litellm] [--scale 1.0]
+    .venv/bin/python bench/proxy_latency.py [--litellm PATH_TO_litellm] [--scale 1.0] [--upstream-ms 0]
 
 Everything runs on loopback against a FAST stand-in upstream (a raw asyncio server that
 answers /v1/completions and /v1/chat/completions instantly with fixed token ids), so
@@ -11,6 +11,11 @@ the proxy's own cost shows. Each concurrency level measures, in the same run:
            session), so both first-turn renders and incremental continuations are timed
   litellm  client -> litellm proxy server -> upstream chat endpoint (if --litellm works)
 and prints p50/p99 latency, the added p50/p99 over the floor, and throughput.
+
+With the default instant upstream, concurrency 64 and 256 form a closed loop with no
+think time: they measure the proxy's throughput ceiling (added latency is queueing).
+`--upstream-ms 1000` makes the upstream take as long as a generation does, so the same
+concurrency is the number of sessions in flight, as in a rollout step.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ LEVELS = ((1, 300), (64, 1500), (256, 2000))  # (concurrency, requests)
 
 # --- the stand-in upstream --------------------------------------------------------------------------
 
-def _fake_upstream_main(port: int, ids: list[int]) -> None:
+def _fake_upstream_main(port: int, ids: list[int], delay_s: float = 0.0) -> None:
     import json
 
     completion = json.dumps({"choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": "stop",
@@ -63,6 +68,8 @@ def _fake_upstream_main(port: int, ids: list[int]) -> None:
                         length = int(line.split(b":")[1])
                 if length:
                     await reader.readexactly(length)
+                if delay_s:
+                    await asyncio.sleep(delay_s)
                 writer.write(answers.get(path, answers[b"/health"]))
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -172,11 +179,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--litellm", default=None, help="litellm CLI with the [proxy] extra installed")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the request counts")
+    parser.add_argument("--upstream-ms", type=float, default=0.0,
+                        help="the stand-in upstream answers after this long, like a generating vLLM "
+                        "(default 0: an instant upstream, so the proxy's own CPU cost and its "
+                        "throughput ceiling show)")
     parser.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
-        _fake_upstream_main(args.serve_fake, [int(x) for x in args.ids.split(",")])
+        _fake_upstream_main(args.serve_fake, [int(x) for x in args.ids.split(",")], args.upstream_ms / 1e3)
         return 0
 
     from transformers import AutoTokenizer
@@ -195,7 +206,8 @@ def main() -> int:
     try:
         fake_port, proxy_port = free_port(), free_port()
         procs.append(subprocess.Popen([sys.executable, __file__, "--serve-fake", str(fake_port),
-                                       "--ids", ",".join(map(str, ids))], start_new_session=True))
+                                       "--ids", ",".join(map(str, ids)), "--upstream-ms", str(args.upstream_ms)],
+                                      start_new_session=True))
         upstream = f"http://127.0.0.1:{fake_port}"
         wait_http(upstream + "/health")
         with open(workdir / "proxy.log", "wb") as log:
@@ -214,6 +226,7 @@ def main() -> int:
 
         for kind, url in targets.items():  # warm-up: imports, pools, caches
             asyncio.run(run_level(url, kind, 4, 40, prompt_ids))
+        print(f"upstream answers after {args.upstream_ms:g} ms")
         print(f"{'C':>4} {'target':<8} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'req/s':>7}")
         for concurrency, total in LEVELS:
             total = max(concurrency, int(total * args.scale))
