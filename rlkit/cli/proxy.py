@@ -33,15 +33,13 @@ def _parser() -> argparse.ArgumentParser:
 def _check_parser(model_path: str, parser_name: str) -> int:
     import asyncio
 
-    from rlkit.proxy.render import ChatRenderer
-    from rlkit.proxy.toolcalls import ToolCallParser, check_parser_matches_template
+    from rlkit.validate._parser_probe import describe, probe
 
-    renderer = ChatRenderer.from_path(model_path)
-    result = asyncio.run(check_parser_matches_template(renderer, ToolCallParser(parser_name, renderer.tokenizer)))
-    print(f"{'✓' if result.ok else '✗'} {result.detail}")
-    if not result.ok and result.rendered_call:
-        print(f"  the template renders a tool call as:\n{result.rendered_call}")
-    return 0 if result.ok else 1
+    verdict = asyncio.run(probe(model_path, parser_name))
+    print(f"{'✓' if verdict['ok'] else '✗'} {describe(verdict)}")
+    if not verdict["ok"] and verdict["completion"]:
+        print(f"  the template renders a tool call as:\n{verdict['completion']}")
+    return 0 if verdict["ok"] else 1
 
 
 def main(argv: list[str]) -> int:

@@ -86,11 +86,13 @@ class ProxyCore:
     async def check_parser(self) -> dict[str, Any]:
         """Does TOOL_CALL_PARSER read the tool calls the chat template renders? (cached)"""
         if self.parser_check is None:
-            from rlkit.proxy.toolcalls import ToolCallParser, check_parser_matches_template
+            from rlkit.proxy.toolcalls import ToolCallParser
+            from rlkit.validate._parser_probe import describe, probe_tokenizer
 
             if isinstance(self.parser, ToolCallParser):
-                result = await check_parser_matches_template(self.renderer, self.parser)
-                self.parser_check = {"ok": result.ok, "detail": result.detail, "rendered_call": result.rendered_call}
+                verdict = await probe_tokenizer(self.renderer.tokenizer, self.parser.name)
+                self.parser_check = {"ok": verdict["ok"], "detail": describe(verdict),
+                                     "rendered_call": verdict["completion"], "parses": verdict["parses"]}
             else:
                 self.parser_check = {"ok": True, "detail": "custom parser, not checked", "rendered_call": ""}
         return self.parser_check

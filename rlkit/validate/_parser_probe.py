@@ -13,30 +13,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 
 PROBE_TOOL = {
     "type": "function",
     "function": {
-        "name": "rlkit_probe",
-        "description": "Open a file at a line.",
+        "name": "run_shell",
+        "description": "Run a shell command.",
         "parameters": {
             "type": "object",
-            "properties": {"path": {"type": "string"}, "line": {"type": "integer"}},
-            "required": ["path", "line"],
+            "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}},
+            "required": ["command"],
         },
     },
 }
-PROBE_ARGS = {"path": "src/app.py", "line": 3}
+PROBE_ARGS = {"command": "ls -la /tmp", "timeout": 30}
 
 
 def render_completion(tokenizer) -> str:
     """The assistant turn's text exactly as the template writes a tool call."""
-    user = [{"role": "user", "content": "Open src/app.py at line 3."}]
+    user = [{"role": "user", "content": "List /tmp."}]
     call = {"role": "assistant", "content": "",
             "tool_calls": [{"type": "function", "id": "call_0",
-                            "function": {"name": "rlkit_probe", "arguments": dict(PROBE_ARGS)}}]}
+                            "function": {"name": "run_shell", "arguments": dict(PROBE_ARGS)}}]}
     prefix = tokenizer.apply_chat_template(user, tools=[PROBE_TOOL], tokenize=False, add_generation_prompt=True)
     full = tokenizer.apply_chat_template([*user, call], tools=[PROBE_TOOL], tokenize=False)
     if full.startswith(prefix):
@@ -69,7 +70,7 @@ async def parses(parser_name: str, tokenizer, ids: list[int]) -> tuple[bool, str
     if len(calls) != 1:
         return False, f"found {len(calls)} tool call(s), expected 1"
     call = calls[0]
-    if call.name != "rlkit_probe":
+    if call.name != "run_shell":
         return False, f"parsed the name as {call.name!r}"
     got = _normal(call.arguments)
     if got != _normal(PROBE_ARGS):
@@ -77,23 +78,41 @@ async def parses(parser_name: str, tokenizer, ids: list[int]) -> tuple[bool, str
     return True, "round-trips"
 
 
-async def probe(model_dir: str, parser_name: str) -> dict:
-    import logging
-
-    logging.disable(logging.CRITICAL)  # verl parsers log every failed decode at ERROR
-    from transformers import AutoTokenizer
+async def probe_tokenizer(tokenizer, parser_name: str) -> dict:
+    """The verdict for one tokenizer (chat template) and parser; every verl parser is tried
+    so a mismatch can name the one that does parse. Shared by preflight and the proxy."""
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     completion = render_completion(tokenizer)
-    if "rlkit_probe" not in completion:
+    if "run_shell" not in completion:
         return {"parser": parser_name, "ok": False, "parses": [], "completion": completion,
                 "detail": "the chat template does not render assistant tool calls"}
     ids = tokenizer.encode(completion, add_special_tokens=False)
-    verdicts = {name: await parses(name, tokenizer, ids) for name in sorted(ToolParser._registry)}
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # verl parsers log every failed decode at ERROR
+    try:
+        verdicts = {name: await parses(name, tokenizer, ids) for name in sorted(ToolParser._registry)}
+    finally:
+        logging.disable(previous)
     ok, detail = verdicts.get(parser_name, (False, f"verl has no tool parser named {parser_name!r}"))
     return {"parser": parser_name, "ok": ok, "detail": detail, "completion": completion,
             "parses": [name for name, (good, _) in verdicts.items() if good]}
+
+
+def describe(verdict: dict) -> str:
+    """One line for a verdict: whether the parser reads the template, and who does."""
+    name = verdict["parser"]
+    if verdict["ok"]:
+        return f"parser {name!r} reads the chat template's tool calls"
+    others = [p for p in verdict.get("parses", []) if p != name]
+    hint = f"; {', '.join(others)} does" if others else ""
+    return f"parser {name!r} cannot read the chat template's tool-call format ({verdict['detail']}){hint}"
+
+
+async def probe(model_dir: str, parser_name: str) -> dict:
+    from transformers import AutoTokenizer
+
+    return await probe_tokenizer(AutoTokenizer.from_pretrained(model_dir), parser_name)
 
 
 def main(argv: list[str]) -> int:

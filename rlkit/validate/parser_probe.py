@@ -20,7 +20,7 @@ from pathlib import Path
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip
 from rlkit.validate.model import ModelDirError, model_info
 
-PROBE_VERSION = "1"
+PROBE_VERSION = "2"
 PROBE_TIMEOUT_S = 300
 
 
