@@ -186,7 +186,7 @@ class ProxyCore:
         before generation (streaming answers open their response there)."""
         session = self.sessions.get(session_id)
         tools = tools or None
-        norm = tuple(normalize_message(m) for m in messages)
+        norm = session.normalize(messages)
         tkey = tools_key(tools)
         parent_call, parent, new_prompt, prompt_ids = self._prompt(session, messages, tools, norm, tkey)
 

@@ -13,9 +13,13 @@ cosmetic changes; the normalized form ignores those and nothing else.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from typing import Any
 
 import orjson
+
+log = logging.getLogger("rlkit.proxy")
 
 _ANCHOR = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
 # Used once per tool set to learn whether the template renders new turns the same without tools.
@@ -84,6 +88,71 @@ def tools_key(tools: list[dict[str, Any]] | None) -> bytes:
     return orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS)
 
 
+class SegmentEncoder:
+    """Encodes text piece by piece between the tokenizer's added tokens, caching the pieces.
+
+    A HF tokenizer splits text at its added tokens before normalizing or pre-tokenizing,
+    so the ids of a text are the ids of its pieces in order. The prompts of a rollout share
+    long pieces (system prompt, tool list, template boilerplate): those are encoded once.
+    The first CHECKS texts are also encoded whole and compared; any difference turns the
+    piece path off for good.
+    """
+
+    CHECKS = 32
+    MAX_PIECES = 16384
+    MAX_CHARS = 64 << 20
+
+    def __init__(self, fast: Any) -> None:
+        self._fast = fast
+        self._ids: dict[str, int] = {}
+        normalizer = getattr(fast, "normalizer", None)
+        for token_id, token in fast.get_added_tokens_decoder().items():
+            if token.lstrip or token.rstrip or token.single_word:
+                continue  # it takes whitespace from beside it: not a clean boundary
+            if token.normalized and normalizer is not None:
+                continue  # matched after normalization, which may move it
+            self._ids[token.content] = token_id
+        self._split = (re.compile("(" + "|".join(re.escape(t) for t in sorted(self._ids, key=len, reverse=True))
+                                  + ")").split if self._ids else None)
+        self._cache: dict[str, list[int]] = {}
+        self._chars = 0
+        self.checks_left = self.CHECKS
+        self.enabled = self._split is not None
+
+    def _piece(self, piece: str) -> list[int]:
+        ids = self._cache.get(piece)
+        if ids is None:
+            ids = self._fast.encode(piece, add_special_tokens=False).ids
+            cache = self._cache
+            cache[piece] = ids
+            self._chars += len(piece)
+            while len(cache) > self.MAX_PIECES or self._chars > self.MAX_CHARS:
+                oldest = next(iter(cache))
+                self._chars -= len(oldest)
+                del cache[oldest]
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        if not self.enabled:
+            return self._fast.encode(text, add_special_tokens=False).ids
+        out: list[int] = []
+        special = self._ids
+        for i, piece in enumerate(self._split(text)):
+            if i % 2:
+                out.append(special[piece])
+            elif piece:
+                out.extend(self._piece(piece))
+        if self.checks_left:
+            self.checks_left -= 1
+            whole = self._fast.encode(text, add_special_tokens=False).ids
+            if whole != out:
+                self.enabled = False
+                self._cache.clear()
+                log.warning("piecewise tokenization differs from whole-text tokenization; using whole-text only")
+                return whole
+        return out
+
+
 class ChatRenderer:
     """Renders OpenAI-format messages with a HF tokenizer's chat template."""
 
@@ -95,6 +164,9 @@ class ChatRenderer:
         self._tools_matter: dict[bytes, bool] = {}
         # The Rust tokenizer directly: the python wrapper costs more than the encoding itself.
         self._fast = getattr(tokenizer, "backend_tokenizer", None)
+        self._pieces = SegmentEncoder(self._fast) if self._fast is not None else None
+        # transformers' decode only adds work on top of the Rust one when it cleans up spaces.
+        self._fast_decode = self._fast is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False)
 
     @classmethod
     def from_path(cls, model_path: str) -> ChatRenderer:
@@ -109,8 +181,8 @@ class ChatRenderer:
             add_generation_prompt=add_generation_prompt)
 
     def encode_text(self, text: str) -> list[int]:
-        if self._fast is not None:
-            return self._fast.encode(text, add_special_tokens=False).ids
+        if self._pieces is not None:
+            return self._pieces.encode(text)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def encode_full(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -151,4 +223,6 @@ class ChatRenderer:
         return full[cut + len(self.eos_text):]
 
     def decode(self, ids: list[int]) -> str:
+        if self._fast_decode:
+            return self._fast.decode(ids, skip_special_tokens=False)
         return self.tokenizer.decode(ids, skip_special_tokens=False)

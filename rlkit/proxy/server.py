@@ -1,4 +1,4 @@
-"""HTTP front end of the proxy (aiohttp) and the in-process `ProxyServer`.
+"""HTTP front end of the proxy (on `_httpd`, a minimal HTTP/1.1 server) and the in-process `ProxyServer`.
 
 Session URL scheme (one session per trial):
     OpenAI base URL     http://HOST:PORT/s/<session>/v1      (.../chat/completions, .../models)
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 from collections.abc import Callable
 from typing import Any, Self
@@ -26,6 +27,7 @@ import orjson
 
 from rlkit.errors import ContextExceededError, ProxyError
 from rlkit.proxy import anthropic, formats
+from rlkit.proxy._httpd import HttpServer, Router, StreamResponse, json_response
 from rlkit.proxy.core import ProxyConfig, ProxyCore, pick_sampling
 from rlkit.proxy.session import session_for_api_key
 
@@ -33,10 +35,7 @@ log = logging.getLogger("rlkit.proxy")
 DEFAULT_SESSION = "default"
 
 
-def _json(data: Any, status: int = 200) -> Any:
-    from aiohttp import web
-
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+_json = json_response
 
 
 def _session_id(request: Any) -> str:
@@ -65,10 +64,8 @@ class _EarlyStream:
         self._pinger: asyncio.Task[None] | None = None
 
     async def open(self, prompt_tokens: int) -> None:
-        from aiohttp import web
-
-        self.response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
-                                                                "cache-control": "no-cache"})
+        self.response = StreamResponse(status=200, headers={"content-type": "text/event-stream",
+                                                            "cache-control": "no-cache"})
         await self.response.prepare(self.request)
         await self.response.write(self.head(prompt_tokens))
         self._pinger = asyncio.create_task(self._ping())
@@ -99,22 +96,20 @@ class ProxyApp:
     def model_name(self) -> str:
         return self.core.config.served_model_name or self.core.config.model_path
 
-    def build(self) -> Any:
-        from aiohttp import web
-
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+    def build(self) -> Router:
+        router = Router()
         for prefix in ("", "/s/{session}"):
-            app.router.add_post(prefix + "/v1/chat/completions", self.chat_completions)
-            app.router.add_post(prefix + "/v1/messages", self.messages)
-            app.router.add_post(prefix + "/v1/messages/count_tokens", self.count_tokens)
-            app.router.add_get(prefix + "/v1/models", self.models)
-        app.router.add_get("/s/{session}/trajectory", self.trajectory)
-        app.router.add_post("/s/{session}/sampling", self.sampling)
-        app.router.add_post("/s/{session}/close", self.close)
-        app.router.add_get("/sessions", self.sessions)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/stats", self.stats)
-        return app
+            router.add("POST", prefix + "/v1/chat/completions", self.chat_completions)
+            router.add("POST", prefix + "/v1/messages", self.messages)
+            router.add("POST", prefix + "/v1/messages/count_tokens", self.count_tokens)
+            router.add("GET", prefix + "/v1/models", self.models)
+        router.add("GET", "/s/{session}/trajectory", self.trajectory)
+        router.add("POST", "/s/{session}/sampling", self.sampling)
+        router.add("POST", "/s/{session}/close", self.close)
+        router.add("GET", "/sessions", self.sessions)
+        router.add("GET", "/health", self.health)
+        router.add("GET", "/stats", self.stats)
+        return router
 
     async def health(self, request: Any) -> Any:
         """200 only while at least one vLLM replica answers: a proxy whose backends are gone is not healthy."""
@@ -252,7 +247,7 @@ class ProxyServer:
         self.config = config
         self._core = core  # built in start(): loading the tokenizer and verl's parser takes seconds
         self.port = config.port
-        self._runner: Any = None
+        self._http: HttpServer | None = None
 
     @property
     def url(self) -> str:
@@ -274,18 +269,14 @@ class ProxyServer:
         return self._core
 
     async def start(self) -> ProxyServer:
-        from aiohttp import web
-
         loop = asyncio.get_running_loop()
         if self._core is None:  # off the loop: tokenizer + verl imports would stall other tasks
             self._core = await loop.run_in_executor(None, ProxyCore, self.config)
         await loop.run_in_executor(None, anthropic.warm_up)
         await self.core.start()
-        self._runner = web.AppRunner(ProxyApp(self.core).build(), access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        self._http = HttpServer(ProxyApp(self.core).build())
         try:
-            await site.start()
+            self.port = await self._http.start(self.config.host, self.config.port)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
@@ -294,16 +285,13 @@ class ProxyServer:
             raise UserError(f"port {self.config.port} on {self.config.host} is already in use (a proxy left over "
                             "from an earlier run?)", key="port",
                             fix="run `bash scripts/cleanup_before_run.sh`, or pick another --port") from exc
-        sockets = site._server.sockets if site._server else []  # port 0: learn the real one
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
         log.info("proxy listening on %s -> %s", self.url, ", ".join(self.config.upstreams))
         return self
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         if self._core is not None:
             await self._core.close()
 
@@ -332,6 +320,10 @@ class ProxyServer:
 
 async def serve_forever(config: ProxyConfig) -> None:
     async with ProxyServer(config) as proxy:
+        # Tokenizer, verl, torch and ray make a heap of millions of objects: a full collection
+        # over it stalls every call for 100+ ms. Frozen objects are never scanned again.
+        gc.collect()
+        gc.freeze()
         print(f"rlkit proxy on {proxy.url}  (OpenAI base {proxy.url}/s/<session>/v1, "
               f"Anthropic base {proxy.url}/s/<session>)", flush=True)
         await asyncio.Event().wait()

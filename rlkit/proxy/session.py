@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.proxy.render import normalize_message
 from rlkit.proxy.trajectory import CallRecord, assemble, full_prompt_ids
 
 MAX_CHAINS = 8  # open conversation branches remembered per session (main agent, sub-agents, ...)
@@ -40,6 +41,19 @@ class Session:
     reasons: list[str] = field(default_factory=list)  # e.g. "context_exceeded"
     closed: bool = False
     continuation_failures: int = 0  # template not prefix-stable; the prompt was rendered in full
+    # The last request's messages and their normalized forms. Agents resend the whole history
+    # on every call; an equal dict (compared in C) reuses its form instead of normalizing again,
+    # so a call's cost does not grow with the conversation.
+    last_messages: list[dict[str, Any]] = field(default_factory=list)
+    last_normalized: tuple[tuple, ...] = ()
+
+    def normalize(self, messages: list[dict[str, Any]]) -> tuple[tuple, ...]:
+        prev, prev_norm = self.last_messages, self.last_normalized
+        known = min(len(prev), len(messages))
+        norm = tuple(prev_norm[i] if i < known and m == prev[i] else normalize_message(m)
+                     for i, m in enumerate(messages))
+        self.last_messages, self.last_normalized = messages, norm
+        return norm
 
     def find_chain(self, messages: tuple[tuple, ...], tools_key: bytes) -> Chain | None:
         """The longest chain whose messages are a strict prefix of `messages` (the newest on ties)."""
