@@ -54,3 +54,60 @@ def test_continuation_tokens_match_a_full_render(tiny_model_dir: Path) -> None:
     assert with_reply[:len(prompt)] == prompt and reply_ids[-1] == renderer.eos_id
     delta = renderer.encode_continuation(tool, TOOLS, previous_ended_with_eos=True)
     assert prompt + reply_ids + delta == whole
+
+
+def test_piecewise_tokenization_equals_whole_text_encoding(tiny_model_dir: Path) -> None:
+    import random
+
+    renderer = ChatRenderer.from_path(str(tiny_model_dir))
+    pieces = renderer._pieces
+    assert pieces is not None and pieces.enabled and "<|im_start|>" in pieces._ids
+    whole = renderer.tokenizer.backend_tokenizer
+    alphabet = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", " ", "\n", "  ",
+                "a", "bc", "é", "日本", '{"x": 1}', "<", "|", ">", "<think>", "\t", "<|endoftext|>", "<|im_start",
+                "im_end|>"]
+    rng = random.Random(0)
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert pieces.encode(text) == whole.encode(text, add_special_tokens=False).ids, text
+    assert pieces.enabled
+    # The shared part of every prompt is encoded once, then served from the cache.
+    system = "<|im_start|>system\n" + "You are a careful coding agent. " * 200 + "<|im_end|>\n"
+    pieces.encode(system + "<|im_start|>user\nfirst<|im_end|>")
+    cached = len(pieces._cache)
+    pieces.encode(system + "<|im_start|>user\nsecond<|im_end|>")
+    assert len(pieces._cache) == cached + 1  # only the new user text
+
+
+def test_piecewise_tokenization_turns_itself_off_when_it_disagrees(tiny_model_dir: Path) -> None:
+    from rlkit.proxy.render import SegmentEncoder
+
+    real = ChatRenderer.from_path(str(tiny_model_dir)).tokenizer.backend_tokenizer
+
+    class Merging:  # a tokenizer stand-in whose ids depend on what surrounds an added token
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def encode(self, text: str, add_special_tokens: bool = False) -> object:
+            encoding = real.encode(text, add_special_tokens=add_special_tokens)
+            return type("E", (), {"ids": [*encoding.ids, len(text)]})()
+
+    pieces = SegmentEncoder(Merging())
+    text = "a<|im_end|>b"
+    assert pieces.encode(text) == real.encode(text, add_special_tokens=False).ids + [len(text)]
+    assert not pieces.enabled
+
+
+def test_history_is_normalized_once_per_session() -> None:
+    from rlkit.proxy.session import Session
+
+    session = Session("s")
+    history = [{"role": "system", "content": "sys"}, {"role": "user", "content": " task "}]
+    first = session.normalize(history)
+    assert first == tuple(normalize_message(m) for m in history)
+    resent = [dict(m) for m in history] + [{"role": "assistant", "content": "ok"}]
+    second = session.normalize(resent)
+    assert second[0] is first[0] and second[1] is first[1]  # reused, not normalized again
+    edited = [{"role": "system", "content": "changed"}, *resent[1:]]
+    third = session.normalize(edited)
+    assert third == tuple(normalize_message(m) for m in edited) and third[0] != first[0]
