@@ -8,18 +8,17 @@ in the exact event sequence each API's clients expect.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import orjson
 
 from rlkit.proxy.core import ChatResult
+from rlkit.proxy.toolcalls import new_call_id
 
 _ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-def _id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex[:24]
+_id = new_call_id
 
 
 # --- OpenAI -----------------------------------------------------------------------------------------

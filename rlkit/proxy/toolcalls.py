@@ -7,7 +7,7 @@ training can mask it instead of learning from a turn the agent never saw as a ca
 
 from __future__ import annotations
 
-import uuid
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,8 @@ def markup_count(text: str) -> int:
 
 
 def new_call_id(prefix: str = "call_") -> str:
-    return prefix + uuid.uuid4().hex[:24]
+    """A unique id for a tool call or response (unique, not secret: no system call per id)."""
+    return f"{prefix}{random.getrandbits(96):024x}"
 
 
 class ToolCallParser:
