@@ -261,6 +261,8 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
               + (f"; sessions start spread over {delay_ms:g} ms" if spread_s else "; closed loop, no think time"))
         print(f"{'C':>4} {'target':<8} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'req/s':>7}")
         for concurrency, total in levels:
+            if str(concurrency) not in args.levels.split(","):
+                continue
             total = max(concurrency, int(total * args.scale))
             floor: tuple[float, float] | None = None
             for kind, url in targets.items():
@@ -294,6 +296,7 @@ def main() -> int:
                         help="in-flight table: the stand-in upstream answers after this long, like a "
                         "generating vLLM (default 1000)")
     parser.add_argument("--only", choices=("in-flight", "ceiling"), default=None, help="run one table")
+    parser.add_argument("--levels", default="1,64,256", help="concurrency levels to run (default 1,64,256)")
     parser.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-relay", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ids", default="", help=argparse.SUPPRESS)

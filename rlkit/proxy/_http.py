@@ -55,12 +55,13 @@ class HttpPool:
             try:
                 writer.write(payload)
                 await writer.drain()
-                status_line = await reader.readuntil(b"\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")  # one wait for the whole header block
             except (OSError, asyncio.IncompleteReadError) as exc:
                 raise ConnectFailed(f"connection to {self.host}:{self.port} lost: {exc!r}") from exc
+            status_line, *lines = head[:-4].split(b"\r\n")
             status = int(status_line.split(b" ", 2)[1])
             length, chunked, keep = -1, False, status_line.startswith(b"HTTP/1.1")
-            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+            for line in lines:
                 name, _, value = line.partition(b":")
                 name = name.strip().lower()
                 if name == b"content-length":

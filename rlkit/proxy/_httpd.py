@@ -196,7 +196,10 @@ class _Connection(asyncio.Protocol):
             self._fail(400, f"malformed HTTP request: {exc}")
             return
         if self.pending and self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self._serve())
+            # Started eagerly: the handler runs now, up to its first wait (the vLLM call),
+            # instead of one event-loop turn later.
+            task = asyncio.eager_task_factory(asyncio.get_running_loop(), self._serve())
+            self.task = None if task.done() else task
 
     # --- parsing -----------------------------------------------------------------------------------
 
