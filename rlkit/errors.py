@@ -97,6 +97,10 @@ class ContextExceededError(ProxyError):
     """A request is longer than the model's context window."""
 
 
+class SessionBudgetError(ProxyError):
+    """A session used up its calls or response tokens (the agent's episode is over)."""
+
+
 class UpstreamError(ProxyError):
     """vLLM answered with an error or could not be reached."""
 

@@ -20,7 +20,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tool-call-parser", default="qwen3_coder", help="TOOL_CALL_PARSER (verl parser name)")
     s.add_argument("--served-model-name", default=None, help="vLLM's --served-model-name (default: model path)")
     s.add_argument("--max-model-len", type=int, default=32768, help="context window (MAX_PROMPT + MAX_RESP)")
-    s.add_argument("--max-response-tokens", type=int, default=None)
+    s.add_argument("--max-response-tokens", type=int, default=None, help="cap per call")
+    s.add_argument("--max-calls-per-session", type=int, default=None, help="model calls a session may make")
+    s.add_argument("--max-response-tokens-per-session", type=int, default=None,
+                   help="tokens after a session's first prompt, generated and inserted (MAX_RESP)")
     s.add_argument("--strict-parser-check", action="store_true",
                    help="refuse to start when the parser cannot read the chat template's tool calls")
     s.add_argument("--sampling", default="{}", help='default sampling params as JSON, e.g. \'{"temperature": 1}\'')
@@ -59,6 +62,8 @@ def main(argv: list[str]) -> int:
     config = ProxyConfig(model_path=args.model_path, upstreams=args.upstream, port=args.port, host=args.host,
                          tool_call_parser=args.tool_call_parser, served_model_name=args.served_model_name,
                          max_model_len=args.max_model_len, max_response_tokens=args.max_response_tokens,
+                         max_calls_per_session=args.max_calls_per_session,
+                         max_response_tokens_per_session=args.max_response_tokens_per_session,
                          default_sampling=sampling, strict_parser_check=args.strict_parser_check)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

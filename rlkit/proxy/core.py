@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlkit.errors import ContextExceededError, UpstreamError
+from rlkit.errors import ContextExceededError, SessionBudgetError, UpstreamError
 from rlkit.proxy.render import ChatRenderer, normalize_message, tools_key
 from rlkit.proxy.session import Chain, Session, SessionStore
 from rlkit.proxy.toolcalls import ParsedCompletion
@@ -41,6 +41,11 @@ class ProxyConfig(BaseModel):
     port: int = 8002
     max_model_len: int = 32768  # MAX_PROMPT + MAX_RESP, or the model's window
     max_response_tokens: int | None = None  # cap per call; default: what is left of the window
+    # Per-session budgets (None: none); a session can override them. Agents do not stop on
+    # their own: Terminus-2 re-asks on truncated replies, OpenCode has no turn limit.
+    max_calls_per_session: int | None = None
+    # Tokens after the session's first prompt, generated and inserted (MAX_RESP).
+    max_response_tokens_per_session: int | None = None
     default_sampling: dict[str, Any] = Field(default_factory=dict)  # under the request's own values
     upstream_timeout_s: float = 3600.0
     # At start the parser must read the chat template's own tool calls; False: only warn.
@@ -80,7 +85,7 @@ class ProxyCore:
         self.sessions = SessionStore()
         self.parser_check: dict[str, Any] | None = None
         self.stats: dict[str, float] = {"calls": 0, "parse_failures": 0, "context_exceeded": 0,
-                                        "upstream_errors": 0, "continuation_failures": 0, "full_renders": 0,
+                                        "upstream_errors": 0, "budget_exhausted": 0, "continuation_failures": 0, "full_renders": 0,
                                         "prompt_tokens": 0, "completion_tokens": 0, "upstream_seconds": 0.0}
 
     async def check_parser(self) -> dict[str, Any]:
@@ -127,6 +132,32 @@ class ProxyCore:
         else:
             session.sampling_overrides.update(overrides)
         session.sampling_overrides = {k: v for k, v in session.sampling_overrides.items() if v is not None}
+
+    def set_session_limits(self, session_id: str, *, max_calls: int | None = None,
+                           max_response_tokens: int | None = None) -> dict[str, int]:
+        """Budgets of one session, over the config's (a None leaves that one as configured)."""
+        limits = self.sessions.get(session_id).limits
+        for key, value in (("max_calls", max_calls), ("max_response_tokens", max_response_tokens)):
+            if value is not None:
+                limits[key] = int(value)
+        return dict(limits)
+
+    def _budget_left(self, session: Session, new_prompt: list[int]) -> int | None:
+        """Response tokens this call may generate under the session's budgets (None: unbounded)."""
+        max_calls = session.limits.get("max_calls", self.config.max_calls_per_session)
+        if max_calls is not None and len(session.calls) >= max_calls:
+            session.add_reason("call_limit")
+            self.stats["budget_exhausted"] += 1
+            raise SessionBudgetError(f"this session used all of its {max_calls} model calls")
+        budget = session.limits.get("max_response_tokens", self.config.max_response_tokens_per_session)
+        if budget is None:
+            return None
+        left = budget - session.response_tokens - (len(new_prompt) if session.calls else 0)
+        if left <= 0:
+            session.add_reason("response_budget")
+            self.stats["budget_exhausted"] += 1
+            raise SessionBudgetError(f"this session used all of its {budget} response tokens")
+        return left
 
     def trajectory(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
         session = self.sessions.peek(session_id)
@@ -197,7 +228,9 @@ class ProxyCore:
             session.add_reason("context_exceeded")
             raise ContextExceededError(f"prompt is too long: {len(prompt_ids)} tokens > {window - 1} maximum",
                                        prompt_tokens=len(prompt_ids), max_tokens=window)
-        limit = max(1, min(x for x in (max_tokens, self.config.max_response_tokens, room) if x is not None))
+        budget_left = self._budget_left(session, new_prompt)
+        limit = max(1, min(x for x in (max_tokens, self.config.max_response_tokens, room, budget_left)
+                           if x is not None))
         params = {**self.config.default_sampling, **sampling, **session.sampling_overrides, "max_tokens": limit}
         stop_ids = getattr(getattr(self.parser, "_parser", None), "stop_token_ids", None)
         if stop_ids:
@@ -227,6 +260,7 @@ class ProxyCore:
         parsed: ParsedCompletion = await self.parser.parse(body_ids, text, tools, tkey)
 
         index = len(session.calls)
+        session.response_tokens += (len(new_prompt) if index else 0) + len(completion)
         stats = self.stats
         stats["calls"] += 1
         stats["parse_failures"] += parsed.parse_failure

@@ -9,6 +9,9 @@ or logged. Admin endpoints:
     GET  /s/<session>/trajectory         recorded trajectory as JSON (?calls=full|delta|none)
     POST /s/<session>/sampling           JSON object of sampling overrides for the session
                                          (merged; ?replace=1 replaces; a null value removes a key)
+    POST /s/<session>/limits             {"max_calls": N, "max_response_tokens": N}: the session's budgets;
+                                         past one, calls get a 400 (session_budget_exceeded) and the
+                                         trajectory the reason call_limit or response_budget
     POST /s/<session>/close              drop the session, answer its final trajectory
     GET  /sessions, GET /stats (counters), GET /health (503 when no vLLM replica answers)
 """
@@ -25,7 +28,7 @@ from typing import Any, Self
 
 import orjson
 
-from rlkit.errors import ContextExceededError, ProxyError
+from rlkit.errors import ContextExceededError, ProxyError, SessionBudgetError
 from rlkit.proxy import anthropic, formats
 from rlkit.proxy._httpd import HttpServer, Router, StreamResponse, json_response
 from rlkit.proxy.core import ProxyConfig, ProxyCore, pick_sampling
@@ -105,6 +108,7 @@ class ProxyApp:
             router.add("GET", prefix + "/v1/models", self.models)
         router.add("GET", "/s/{session}/trajectory", self.trajectory)
         router.add("POST", "/s/{session}/sampling", self.sampling)
+        router.add("POST", "/s/{session}/limits", self.limits)
         router.add("POST", "/s/{session}/close", self.close)
         router.add("GET", "/sessions", self.sessions)
         router.add("GET", "/health", self.health)
@@ -152,6 +156,15 @@ class ProxyApp:
         self.core.set_session_sampling(sid, body, replace=request.query.get("replace", "0") == "1")
         return _json({"session_id": sid, "sampling_overrides": self.core.sessions.get(sid).sampling_overrides})
 
+    async def limits(self, request: Any) -> Any:
+        try:
+            body = orjson.loads(await request.read() or b"{}")
+            limits = self.core.set_session_limits(request.match_info["session"], **body)
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return _json({"error": {"message": "expected {\"max_calls\": N, \"max_response_tokens\": N}",
+                                    "type": "invalid_request_error"}}, 400)
+        return _json({"session_id": request.match_info["session"], "limits": limits})
+
     async def close(self, request: Any) -> Any:
         calls = request.query.get("calls", "full")
         data = self.core.close_session(request.match_info["session"],
@@ -183,6 +196,9 @@ class ProxyApp:
                     exc.message, kind="invalid_request_error", code="context_length_exceeded"))
             return _json(formats.openai_error(exc.message, kind="invalid_request_error",
                                               code="context_length_exceeded", param="messages"), 400)
+        except SessionBudgetError as exc:  # a 400: clients do not retry it, so the episode ends
+            return _json(formats.openai_error(exc.message, kind="invalid_request_error",
+                                              code="session_budget_exceeded"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
             if stream is not None and stream.response is not None:
@@ -212,6 +228,8 @@ class ProxyApp:
         except ContextExceededError as exc:
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.anthropic_stream_error(exc.message, kind="invalid_request_error"))
+            return _json(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
+        except SessionBudgetError as exc:
             return _json(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
@@ -317,6 +335,10 @@ class ProxyServer:
     def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
         self.core.set_session_sampling(session_id, overrides, replace=replace)
 
+    def set_session_limits(self, session_id: str, *, max_calls: int | None = None,
+                           max_response_tokens: int | None = None) -> dict[str, int]:
+        return self.core.set_session_limits(session_id, max_calls=max_calls, max_response_tokens=max_response_tokens)
+
 
 async def serve_forever(config: ProxyConfig) -> None:
     async with ProxyServer(config) as proxy:
@@ -402,3 +424,8 @@ class BackgroundProxy:
 
     def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
         self._on_loop(self.server.set_session_sampling, session_id, overrides, replace=replace)
+
+    def set_session_limits(self, session_id: str, *, max_calls: int | None = None,
+                           max_response_tokens: int | None = None) -> dict[str, int]:
+        return self._on_loop(self.server.set_session_limits, session_id, max_calls=max_calls,
+                             max_response_tokens=max_response_tokens)

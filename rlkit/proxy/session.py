@@ -41,6 +41,8 @@ class Session:
     reasons: list[str] = field(default_factory=list)  # e.g. "context_exceeded"
     closed: bool = False
     continuation_failures: int = 0  # template not prefix-stable; the prompt was rendered in full
+    limits: dict[str, int] = field(default_factory=dict)  # max_calls / max_response_tokens overrides
+    response_tokens: int = 0  # after the first prompt: generated plus inserted, counted per call
     # The last request's messages and their normalized forms. Agents resend the whole history
     # on every call; an equal dict (compared in C) reuses its form instead of normalizing again,
     # so a call's cost does not grow with the conversation.
@@ -102,6 +104,7 @@ class Session:
             "num_breaks": assembly.num_breaks,
             "parse_failures": sum(c.parse_failure for c in self.calls),
             "continuation_failures": self.continuation_failures,
+            "response_tokens": self.response_tokens,
             "reasons": list(self.reasons),
             "closed": self.closed,
             "segments": [s.to_json() for s in assembly.segments],

@@ -215,6 +215,41 @@ def test_max_tokens_is_capped_to_the_room_left(tiny_model_dir: Path) -> None:
     run(body())
 
 
+def test_session_budgets_end_the_episode_with_a_reason(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, replies=["one two three four five six"]) as (proxy, [fake]):
+            proxy.core.config.max_calls_per_session = 2
+            history = [{"role": "user", "content": "hi"}]
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                answers = []
+                for _ in range(3):  # the third call is over the session's 2 calls
+                    r = await client.post("/s/calls/v1/chat/completions", json={"model": "m", "messages": history})
+                    answers.append(r)
+                    if r.status_code == 200:
+                        history += [r.json()["choices"][0]["message"], {"role": "user", "content": "again"}]
+                assert [a.status_code for a in answers] == [200, 200, 400]
+                assert answers[2].json()["error"]["code"] == "session_budget_exceeded"
+                assert len(fake.requests) == 2
+
+                # A response-token budget set per session caps max_tokens, then refuses.
+                set_resp = await client.post("/s/tok/limits", json={"max_response_tokens": 12, "max_calls": 10})
+                assert set_resp.json()["limits"] == {"max_response_tokens": 12, "max_calls": 10}
+                first = await client.post("/s/tok/v1/messages", json={
+                    "model": "m", "max_tokens": 500, "messages": [{"role": "user", "content": "hi"}]})
+                assert first.status_code == 200 and fake.requests[-1]["max_tokens"] == 12
+                used = proxy.trajectory("tok")["response_tokens"]
+                assert used == first.json()["usage"]["output_tokens"]
+                again = await client.post("/s/tok/v1/messages", json={
+                    "model": "m", "max_tokens": 500, "messages": [
+                        {"role": "user", "content": "hi"}, {"role": "assistant", "content": first.json()["content"]},
+                        {"role": "user", "content": "a long tool output " * 5}]})
+                assert again.status_code == 400 and again.json()["error"]["type"] == "invalid_request_error"
+        assert proxy.trajectory("calls")["reasons"] == ["call_limit"]
+        assert proxy.trajectory("tok")["reasons"] == ["response_budget"]
+        assert proxy.core.stats["budget_exhausted"] == 2
+    run(body())
+
+
 def test_session_sampling_overrides_win_and_extras_pass_through(tiny_model_dir: Path) -> None:
     async def body() -> None:
         async with proxy_on(tiny_model_dir) as (proxy, [fake]):
