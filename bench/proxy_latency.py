@@ -7,7 +7,7 @@ Everything runs on loopback against a stand-in upstream (a raw asyncio server th
 /v1/completions and /v1/chat/completions with fixed token ids after a fixed delay, with no
 compute), so the only cost that differs between the targets is the proxy's own. Each level
 measures, in the same run:
-  direct   client -> upstream (the floor)
+  direct   client -> upstream's chat endpoint (the floor: an agent pointed at the server)
   relay    client -> a byte relay process -> upstream: what one more process and loopback
            hop cost on this machine, the floor under any proxy's added latency
   proxy    client -> rlkit proxy -> upstream, agent-like sessions: every worker holds a
@@ -146,7 +146,7 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a
                                                           "required": ["command"]}}}]
 
 
-async def run_level(url: str, kind: str, concurrency: int, total: int, prompt_ids: list[int],
+async def run_level(url: str, kind: str, concurrency: int, total: int,
                     spread_s: float = 0.0) -> tuple[list[float], float]:
     """(latencies, calls/s) of `total` calls by `concurrency` workers; worker w starts w/C of `spread_s` late."""
     import aiohttp
@@ -161,29 +161,22 @@ async def run_level(url: str, kind: str, concurrency: int, total: int, prompt_id
         await asyncio.sleep(spread_s * w / concurrency)
         while remaining[0] > 0:
             remaining[0] -= 1
-            if kind in ("direct", "relay"):
-                body = {"model": "tiny", "prompt": prompt_ids, "max_tokens": 64, "logprobs": 0,
-                        "return_token_ids": True}
-                target = url + "/v1/completions"
-            else:
-                if not messages or len(messages) > 18:
-                    generation += 1
-                    messages = [{"role": "system", "content": "You are a coding agent."},
-                                {"role": "user", "content": "Fix the failing test in tests/test_util.py."}]
-                body = {"model": "tiny", "messages": messages, "tools": TOOLS, "max_tokens": 64}
-                target = (url + f"/s/w{w}-{generation}/v1/chat/completions" if kind == "proxy"
-                          else url + "/v1/chat/completions")
+            if not messages or len(messages) > 18:
+                generation += 1
+                messages = [{"role": "system", "content": "You are a coding agent."},
+                            {"role": "user", "content": "Fix the failing test in tests/test_util.py."}]
+            payload = orjson.dumps({"model": "tiny", "messages": messages, "tools": TOOLS, "max_tokens": 64})
+            target = url + (f"/s/w{w}-{generation}" if kind == "proxy" else "") + "/v1/chat/completions"
             started = time.perf_counter()
-            async with http.post(target, data=orjson.dumps(body), headers={
+            async with http.post(target, data=payload, headers={
                     "content-type": "application/json", "authorization": "Bearer sk-bench"}) as resp:
                 raw = await resp.read()
                 if resp.status != 200:
                     raise RuntimeError(f"{kind}: HTTP {resp.status}: {raw[:300]!r}")
             latencies.append(time.perf_counter() - started)
-            if kind in ("proxy", "litellm"):
-                reply = orjson.loads(raw)["choices"][0]["message"]
-                messages = [*messages, {"role": "assistant", "content": reply.get("content") or ""},
-                            {"role": "user", "content": f"exit code 1\nFAILED test_{len(messages)}"}]
+            reply = orjson.loads(raw)["choices"][0]["message"]
+            messages = [*messages, {"role": "assistant", "content": reply.get("content") or ""},
+                        {"role": "user", "content": f"exit code 1\nFAILED test_{len(messages)}"}]
 
     async def connect(http: aiohttp.ClientSession) -> None:
         async with http.get(url + HEALTH[kind]) as resp:
@@ -226,7 +219,7 @@ def start_litellm(binary: str, upstream: str, port: int, workdir: Path) -> subpr
 
 
 def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], args: argparse.Namespace,
-              model: Path, ids: list[int], prompt_ids: list[int]) -> None:
+              model: Path, ids: list[int]) -> None:
     procs: list[subprocess.Popen] = []
     workdir = Path(tempfile.mkdtemp(prefix="rlkit-bench-"))
     try:
@@ -255,7 +248,7 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
                 targets["litellm"] = f"http://127.0.0.1:{litellm_port}"
 
         for kind, url in targets.items():  # warm-up: imports, pools, caches
-            asyncio.run(run_level(url, kind, 4, 8 if delay_ms else 40, prompt_ids))
+            asyncio.run(run_level(url, kind, 4, 8 if delay_ms else 40))
         spread_s = delay_ms / 1e3
         print(f"\n{name}: upstream answers after {delay_ms:g} ms"
               + (f"; sessions start spread over {delay_ms:g} ms" if spread_s else "; closed loop, no think time"))
@@ -266,7 +259,7 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
             total = max(concurrency, int(total * args.scale))
             floor: tuple[float, float] | None = None
             for kind, url in targets.items():
-                lat, rate = asyncio.run(run_level(url, kind, concurrency, total, prompt_ids, spread_s))
+                lat, rate = asyncio.run(run_level(url, kind, concurrency, total, spread_s))
                 p50, p99 = percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3
                 if kind == "direct":
                     floor = (p50, p99)
@@ -315,14 +308,11 @@ def main() -> int:
     model = build_tiny_model(REPO / ".rlkit" / "cache" / "models" / "tiny-qwen3-coder", template="qwen3_coder")
     tok = AutoTokenizer.from_pretrained(str(model))
     ids = tok.encode(COMPLETION_TEXT, add_special_tokens=False) + [tok.eos_token_id]
-    prompt_ids = tok.apply_chat_template([{"role": "user", "content": "Fix the failing test."}], tools=TOOLS,
-                                         tokenize=True, add_generation_prompt=True)
-    prompt_ids = list(prompt_ids["input_ids"] if isinstance(prompt_ids, dict) else prompt_ids)
 
     tables = [("in-flight", args.generation_ms, IN_FLIGHT_LEVELS), ("ceiling", 0.0, CEILING_LEVELS)]
     for name, delay_ms, levels in tables:
         if args.only in (None, name):
-            run_table(name, delay_ms, levels, args, model, ids, prompt_ids)
+            run_table(name, delay_ms, levels, args, model, ids)
     return 0
 
 
