@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlkit.errors import ContextExceededError, SessionBudgetError, UpstreamError
-from rlkit.proxy.render import ChatRenderer, normalize_message, tools_key
+from rlkit.proxy.render import ChatRenderer, normalize_message
 from rlkit.proxy.session import Chain, Session, SessionStore
 from rlkit.proxy.toolcalls import ParsedCompletion
 from rlkit.proxy.trajectory import CallRecord
@@ -218,7 +218,7 @@ class ProxyCore:
         session = self.sessions.get(session_id)
         tools = tools or None
         norm = session.normalize(messages)
-        tkey = tools_key(tools)
+        tkey = session.tools_key(tools)
         parent_call, parent, new_prompt, prompt_ids = self._prompt(session, messages, tools, norm, tkey)
 
         window = self.config.max_model_len

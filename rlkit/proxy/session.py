@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlkit.proxy.render import normalize_message
+from rlkit.proxy.render import normalize_message, tools_key
 from rlkit.proxy.trajectory import CallRecord, assemble, full_prompt_ids
 
 MAX_CHAINS = 8  # open conversation branches remembered per session (main agent, sub-agents, ...)
@@ -48,6 +48,16 @@ class Session:
     # so a call's cost does not grow with the conversation.
     last_messages: list[dict[str, Any]] = field(default_factory=list)
     last_normalized: tuple[tuple, ...] = ()
+    # Same for the tool list (tens of KB for Claude Code): serialized once, then compared.
+    last_tools: list[dict[str, Any]] | None = None
+    last_tools_key: bytes = b"[]"
+
+    def tools_key(self, tools: list[dict[str, Any]] | None) -> bytes:
+        if tools is None:
+            return b"[]"
+        if tools != self.last_tools:
+            self.last_tools, self.last_tools_key = tools, tools_key(tools)
+        return self.last_tools_key
 
     def normalize(self, messages: list[dict[str, Any]]) -> tuple[tuple, ...]:
         prev, prev_norm = self.last_messages, self.last_normalized

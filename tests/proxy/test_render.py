@@ -111,3 +111,17 @@ def test_history_is_normalized_once_per_session() -> None:
     edited = [{"role": "system", "content": "changed"}, *resent[1:]]
     third = session.normalize(edited)
     assert third == tuple(normalize_message(m) for m in edited) and third[0] != first[0]
+
+
+def test_tool_list_is_serialized_once_per_session() -> None:
+    from rlkit.proxy.render import tools_key
+    from rlkit.proxy.session import Session
+
+    session = Session("s")
+    first = session.tools_key(TOOLS)
+    assert first == tools_key(TOOLS)
+    resent = [dict(t) for t in TOOLS]
+    assert session.tools_key(resent) is first  # equal list: no new serialization
+    other = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "sh"}}]
+    assert session.tools_key(other) == tools_key(other) != first
+    assert session.tools_key(None) == tools_key(None)
