@@ -199,14 +199,32 @@ async def run_level(url: str, kind: str, concurrency: int, total: int,
 HEALTH = {"direct": "/health", "relay": "/health", "proxy": "/health?deep=0", "litellm": "/health/liveliness"}
 
 
-def start_litellm(binary: str, upstream: str, port: int, workdir: Path) -> subprocess.Popen | None:
+def pin_cpus(args: argparse.Namespace) -> tuple[set[int], list[str]]:
+    """Load generator and stand-in upstream on CPU 0, the server under test on the others.
+
+    On a shared 2-core machine the client and upstream otherwise run on the proxy's core and
+    their CPU time shows as the proxy's latency; deployed, the proxy has cores of its own.
+    Returns (CPUs for the server under test, the command prefix that starts a server there).
+    """
+    import shutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.no_pin or len(cpus) < 2 or not shutil.which("taskset"):
+        return set(cpus), []
+    server = cpus[1:]
+    os.sched_setaffinity(0, {cpus[0]})  # children inherit it: the stand-in upstream too
+    return set(server), ["taskset", "-c", ",".join(map(str, server))]
+
+
+def start_litellm(binary: str, upstream: str, port: int, workdir: Path,
+                  pin: list[str]) -> subprocess.Popen | None:
     config = workdir / "litellm.yaml"
     config.write_text("model_list:\n  - model_name: tiny\n    litellm_params:\n      model: hosted_vllm/tiny\n"
                       f"      api_base: {upstream}/v1\n      api_key: none\n"
                       "general_settings:\n  master_key: sk-bench\nlitellm_settings:\n  drop_params: true\n")
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     with open(workdir / "litellm.log", "wb") as log:
-        proc = subprocess.Popen([binary, "--config", str(config), "--port", str(port), "--num_workers", "1"],
+        proc = subprocess.Popen([*pin, binary, "--config", str(config), "--port", str(port), "--num_workers", "1"],
                                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=90)
@@ -221,6 +239,7 @@ def start_litellm(binary: str, upstream: str, port: int, workdir: Path) -> subpr
 def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], args: argparse.Namespace,
               model: Path, ids: list[int]) -> None:
     procs: list[subprocess.Popen] = []
+    server_cpus, pin = pin_cpus(args)
     workdir = Path(tempfile.mkdtemp(prefix="rlkit-bench-"))
     try:
         fake_port, proxy_port = free_port(), free_port()
@@ -230,19 +249,19 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
         upstream = f"http://127.0.0.1:{fake_port}"
         wait_http(upstream + "/health")
         relay_port = free_port()
-        procs.append(subprocess.Popen([sys.executable, __file__, "--serve-relay", str(relay_port),
+        procs.append(subprocess.Popen([*pin, sys.executable, __file__, "--serve-relay", str(relay_port),
                                        "--ids", str(fake_port)], start_new_session=True))
         wait_http(f"http://127.0.0.1:{relay_port}/health")
         with open(workdir / "proxy.log", "wb") as log:
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "rlkit.cli.main", "proxy", "serve", "--model-path", str(model),
+                [*pin, sys.executable, "-m", "rlkit.cli.main", "proxy", "serve", "--model-path", str(model),
                  "--upstream", upstream, "--port", str(proxy_port), "--served-model-name", "tiny"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_http(f"http://127.0.0.1:{proxy_port}/health")
         targets = {"direct": upstream, "relay": f"http://127.0.0.1:{relay_port}", "proxy": f"http://127.0.0.1:{proxy_port}"}
         if args.litellm:
             litellm_port = free_port()
-            proc = start_litellm(args.litellm, upstream, litellm_port, workdir)
+            proc = start_litellm(args.litellm, upstream, litellm_port, workdir, pin)
             if proc is not None:
                 procs.append(proc)
                 targets["litellm"] = f"http://127.0.0.1:{litellm_port}"
@@ -250,7 +269,8 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
         for kind, url in targets.items():  # warm-up: imports, pools, caches
             asyncio.run(run_level(url, kind, 4, 8 if delay_ms else 40))
         spread_s = delay_ms / 1e3
-        print(f"\n{name}: upstream answers after {delay_ms:g} ms"
+        pinned = f"; servers under test on CPUs {sorted(server_cpus)}" if pin else "; not pinned"
+        print(f"\n{name}: upstream answers after {delay_ms:g} ms" + pinned
               + (f"; sessions start spread over {delay_ms:g} ms" if spread_s else "; closed loop, no think time"))
         print(f"{'C':>4} {'target':<8} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'req/s':>7}")
         for concurrency, total in levels:
@@ -289,6 +309,9 @@ def main() -> int:
                         help="in-flight table: the stand-in upstream answers after this long, like a "
                         "generating vLLM (default 1000)")
     parser.add_argument("--only", choices=("in-flight", "ceiling"), default=None, help="run one table")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="leave every process free to run on any CPU (default: load generator and "
+                        "upstream on CPU 0, proxy, relay and litellm on the rest)")
     parser.add_argument("--levels", default="1,64,256", help="concurrency levels to run (default 1,64,256)")
     parser.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-relay", type=int, default=None, help=argparse.SUPPRESS)
