@@ -42,6 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 COMPLETION_TEXT = "I will run the tests now and then fix the failing assertion."
+ALL_CPUS = sorted(os.sched_getaffinity(0))  # before pin_cpus narrows this process to CPU 0
 CEILING_LEVELS = ((1, 300), (64, 1500), (256, 2000))  # (concurrency, requests)
 IN_FLIGHT_LEVELS = ((1, 20), (64, 512), (256, 1536))  # 20, 8 and 6 calls a session
 
@@ -208,7 +209,7 @@ def pin_cpus(args: argparse.Namespace) -> tuple[set[int], list[str]]:
     """
     import shutil
 
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = ALL_CPUS
     if args.no_pin or len(cpus) < 2 or not shutil.which("taskset"):
         return set(cpus), []
     server = cpus[1:]
