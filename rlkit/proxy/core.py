@@ -85,8 +85,8 @@ class ProxyCore:
         self.sessions = SessionStore()
         self.parser_check: dict[str, Any] | None = None
         self.stats: dict[str, float] = {"calls": 0, "parse_failures": 0, "context_exceeded": 0,
-                                        "upstream_errors": 0, "budget_exhausted": 0, "continuation_failures": 0, "full_renders": 0,
-                                        "prompt_tokens": 0, "completion_tokens": 0, "upstream_seconds": 0.0}
+                                        "upstream_errors": 0, "budget_exhausted": 0, "continuation_failures": 0,
+                                        "full_renders": 0, "prompt_tokens": 0, "completion_tokens": 0, "upstream_seconds": 0.0}
 
     async def check_parser(self) -> dict[str, Any]:
         """Does TOOL_CALL_PARSER read the tool calls the chat template renders? (cached)"""
@@ -113,7 +113,6 @@ class ProxyCore:
                 raise UserError(message, key="TOOL_CALL_PARSER",
                                 fix="set TOOL_CALL_PARSER to the parser of the model's chat template")
             log.warning(message)
-        await self.client.start()
         # Never promise more context than the replicas serve: clamp to the smallest window.
         windows = [w for w in [await self.client.max_model_len(r) for r in self.router.replicas] if w]
         if windows and min(windows) < self.config.max_model_len:
@@ -144,19 +143,20 @@ class ProxyCore:
 
     def _budget_left(self, session: Session, new_prompt: list[int]) -> int | None:
         """Response tokens this call may generate under the session's budgets (None: unbounded)."""
+        def exhausted(reason: str, what: str) -> SessionBudgetError:
+            session.add_reason(reason)
+            self.stats["budget_exhausted"] += 1
+            return SessionBudgetError(f"this session used all of its {what}")
+
         max_calls = session.limits.get("max_calls", self.config.max_calls_per_session)
         if max_calls is not None and len(session.calls) >= max_calls:
-            session.add_reason("call_limit")
-            self.stats["budget_exhausted"] += 1
-            raise SessionBudgetError(f"this session used all of its {max_calls} model calls")
+            raise exhausted("call_limit", f"{max_calls} model calls")
         budget = session.limits.get("max_response_tokens", self.config.max_response_tokens_per_session)
         if budget is None:
             return None
         left = budget - session.response_tokens - (len(new_prompt) if session.calls else 0)
         if left <= 0:
-            session.add_reason("response_budget")
-            self.stats["budget_exhausted"] += 1
-            raise SessionBudgetError(f"this session used all of its {budget} response tokens")
+            raise exhausted("response_budget", f"{budget} response tokens")
         return left
 
     def trajectory(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:

@@ -18,9 +18,6 @@ from rlkit.proxy.toolcalls import new_call_id
 _ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-_id = new_call_id
-
-
 # --- OpenAI -----------------------------------------------------------------------------------------
 
 def openai_response(result: ChatResult, model: str) -> dict[str, Any]:
@@ -32,7 +29,7 @@ def openai_response(result: ChatResult, model: str) -> dict[str, Any]:
     elif message["content"] is None:
         message["content"] = ""
     return {
-        "id": _id("chatcmpl-"), "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": new_call_id("chatcmpl-"), "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": result.finish_reason, "logprobs": None}],
         "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                   "total_tokens": result.prompt_tokens + result.completion_tokens},
@@ -44,7 +41,7 @@ def _sse(data: Any) -> bytes:
 
 
 def new_stream_id(api: str) -> str:
-    return _id("chatcmpl-" if api == "openai" else "msg_")
+    return new_call_id("chatcmpl-" if api == "openai" else "msg_")
 
 
 def _openai_chunk(stream_id: str, model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -110,7 +107,7 @@ def _anthropic_blocks(result: ChatResult) -> list[dict[str, Any]]:
 
 def anthropic_response(result: ChatResult, model: str) -> dict[str, Any]:
     return {
-        "id": _id("msg_"), "type": "message", "role": "assistant", "model": model,
+        "id": new_call_id("msg_"), "type": "message", "role": "assistant", "model": model,
         "content": _anthropic_blocks(result), "stop_reason": _ANTHROPIC_STOP[result.finish_reason],
         "stop_sequence": None,
         "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens,

@@ -38,9 +38,6 @@ log = logging.getLogger("rlkit.proxy")
 DEFAULT_SESSION = "default"
 
 
-_json = json_response
-
-
 def _session_id(request: Any) -> str:
     sid = request.match_info.get("session")
     if sid:
@@ -119,66 +116,66 @@ class ProxyApp:
         """200 only while at least one vLLM replica answers: a proxy whose backends are gone is not healthy."""
         replicas = self.core.router.replicas
         if request.query.get("deep", "1") == "0":
-            return _json({"status": "ok", "upstreams": {r.base_url: None for r in replicas}})
+            return json_response({"status": "ok", "upstreams": {r.base_url: None for r in replicas}})
         states = await asyncio.gather(*(self.core.client.healthy(r) for r in replicas))
         ok = any(states)
-        return _json({"status": "ok" if ok else "no healthy upstream",
+        return json_response({"status": "ok" if ok else "no healthy upstream",
                       "upstreams": {r.base_url: s for r, s in zip(replicas, states, strict=True)}},
                      200 if ok else 503)
 
     async def stats(self, request: Any) -> Any:
-        return _json({**self.core.stats, "sessions": len(self.core.sessions.ids()),
+        return json_response({**self.core.stats, "sessions": len(self.core.sessions.ids()),
                       "parser_check": self.core.parser_check,
                       "in_flight": {r.base_url: r.in_flight for r in self.core.router.replicas}})
 
     async def models(self, request: Any) -> Any:
-        return _json({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "rlkit",
+        return json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "rlkit",
                                                   "type": "model", "display_name": self.model_name}]})
 
     async def sessions(self, request: Any) -> Any:
-        return _json({"sessions": self.core.sessions.ids()})
+        return json_response({"sessions": self.core.sessions.ids()})
 
     async def trajectory(self, request: Any) -> Any:
         calls = request.query.get("calls", "full")
         if calls not in ("full", "delta", "none"):
-            return _json({"error": {"message": "calls must be full, delta or none", "type": "invalid_request_error"}},
+            return json_response({"error": {"message": "calls must be full, delta or none", "type": "invalid_request_error"}},
                          400)
         data = self.core.trajectory(request.match_info["session"], calls=calls)
         if data is None:
-            return _json({"error": {"message": "no such session", "type": "not_found"}}, 404)
-        return _json(data)
+            return json_response({"error": {"message": "no such session", "type": "not_found"}}, 404)
+        return json_response(data)
 
     async def sampling(self, request: Any) -> Any:
         body = orjson.loads(await request.read() or b"{}")
         if not isinstance(body, dict):
-            return _json({"error": {"message": "expected a JSON object", "type": "invalid_request_error"}}, 400)
+            return json_response({"error": {"message": "expected a JSON object", "type": "invalid_request_error"}}, 400)
         sid = request.match_info["session"]
         self.core.set_session_sampling(sid, body, replace=request.query.get("replace", "0") == "1")
-        return _json({"session_id": sid, "sampling_overrides": self.core.sessions.get(sid).sampling_overrides})
+        return json_response({"session_id": sid, "sampling_overrides": self.core.sessions.get(sid).sampling_overrides})
 
     async def limits(self, request: Any) -> Any:
         try:
             body = orjson.loads(await request.read() or b"{}")
             limits = self.core.set_session_limits(request.match_info["session"], **body)
         except (orjson.JSONDecodeError, TypeError, ValueError):
-            return _json({"error": {"message": "expected {\"max_calls\": N, \"max_response_tokens\": N}",
+            return json_response({"error": {"message": "expected {\"max_calls\": N, \"max_response_tokens\": N}",
                                     "type": "invalid_request_error"}}, 400)
-        return _json({"session_id": request.match_info["session"], "limits": limits})
+        return json_response({"session_id": request.match_info["session"], "limits": limits})
 
     async def close(self, request: Any) -> Any:
         calls = request.query.get("calls", "full")
         data = self.core.close_session(request.match_info["session"],
                                        calls=calls if calls in ("full", "delta", "none") else "full")
         if data is None:
-            return _json({"error": {"message": "no such session", "type": "not_found"}}, 404)
-        return _json(data)
+            return json_response({"error": {"message": "no such session", "type": "not_found"}}, 404)
+        return json_response(data)
 
     async def chat_completions(self, request: Any) -> Any:
         try:
             body = orjson.loads(await request.read())
             messages = body["messages"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            return _json(formats.openai_error("body must be a JSON object with 'messages'",
+            return json_response(formats.openai_error("body must be a JSON object with 'messages'",
                                               kind="invalid_request_error"), 400)
         model = body.get("model") or self.model_name
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -194,28 +191,28 @@ class ProxyApp:
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.openai_stream_error(
                     exc.message, kind="invalid_request_error", code="context_length_exceeded"))
-            return _json(formats.openai_error(exc.message, kind="invalid_request_error",
+            return json_response(formats.openai_error(exc.message, kind="invalid_request_error",
                                               code="context_length_exceeded", param="messages"), 400)
         except SessionBudgetError as exc:  # a 400: clients do not retry it, so the episode ends
-            return _json(formats.openai_error(exc.message, kind="invalid_request_error",
+            return json_response(formats.openai_error(exc.message, kind="invalid_request_error",
                                               code="session_budget_exceeded"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.openai_stream_error(exc.message, kind="upstream_error"))
-            return _json(formats.openai_error(exc.message, kind="upstream_error"), 502)
+            return json_response(formats.openai_error(exc.message, kind="upstream_error"), 502)
         if stream is not None:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await stream.finish(b"".join(formats.openai_stream(
                 result, model, include_usage=include_usage, stream_id=stream_id, head=False)))
-        return _json(formats.openai_response(result, model))
+        return json_response(formats.openai_response(result, model))
 
     async def messages(self, request: Any) -> Any:
         try:
             body = orjson.loads(await request.read())
             messages, tools, name_map = anthropic.to_openai(body)
         except Exception as exc:  # noqa: BLE001 - any malformed body is the client's 400
-            return _json(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
+            return json_response(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
         model = body.get("model") or self.model_name
         stream = None
         if body.get("stream"):
@@ -228,28 +225,28 @@ class ProxyApp:
         except ContextExceededError as exc:
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.anthropic_stream_error(exc.message, kind="invalid_request_error"))
-            return _json(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
+            return json_response(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
         except SessionBudgetError as exc:
-            return _json(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
+            return json_response(formats.anthropic_error(exc.message, kind="invalid_request_error"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.anthropic_stream_error(exc.message, kind="api_error"))
-            return _json(formats.anthropic_error(exc.message, kind="api_error"), 502)
+            return json_response(formats.anthropic_error(exc.message, kind="api_error"), 502)
         if name_map:
             for call in result.tool_calls:
                 call["name"] = name_map.get(call["name"], call["name"])
         if stream is not None:
             return await stream.finish(b"".join(formats.anthropic_stream(result, model, stream_id=stream_id,
                                                                          head=False)))
-        return _json(formats.anthropic_response(result, model))
+        return json_response(formats.anthropic_response(result, model))
 
     async def count_tokens(self, request: Any) -> Any:
         try:
             messages, tools, _ = anthropic.to_openai(orjson.loads(await request.read()))
         except Exception as exc:  # noqa: BLE001 - any malformed body is the client's 400
-            return _json(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
-        return _json({"input_tokens": self.core.count_tokens(messages, tools)})
+            return json_response(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
+        return json_response({"input_tokens": self.core.count_tokens(messages, tools)})
 
 
 class ProxyServer:

@@ -50,11 +50,9 @@ class Session:
     last_normalized: tuple[tuple, ...] = ()
     # Same for the tool list (tens of KB for Claude Code): serialized once, then compared.
     last_tools: list[dict[str, Any]] | None = None
-    last_tools_key: bytes = b"[]"
+    last_tools_key: bytes = b"[]"  # tools_key(None)
 
     def tools_key(self, tools: list[dict[str, Any]] | None) -> bytes:
-        if tools is None:
-            return b"[]"
         if tools != self.last_tools:
             self.last_tools, self.last_tools_key = tools, tools_key(tools)
         return self.last_tools_key

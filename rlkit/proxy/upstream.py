@@ -87,9 +87,6 @@ class UpstreamClient:
             pool = self._pools[replica.base_url] = HttpPool(replica.base_url)
         return pool
 
-    async def start(self) -> None:
-        return None
-
     async def close(self) -> None:
         for pool in self._pools.values():
             pool.close()

@@ -124,7 +124,6 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
     def container_id(self) -> str | None:
         return self._container_id
 
-
     def network_mode(self) -> DockerNetwork:
         if self.opts.network:
             return self.opts.network

@@ -204,7 +204,6 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
         return self._pod
 
     # ---- pod spec ------------------------------------------------------------------------------
-
     def resources(self) -> spec.PodResources:
         guarantee = ResourceMode.GUARANTEE  # AUTO on k8s: request == limit (Guaranteed QoS)
         return spec.PodResources(

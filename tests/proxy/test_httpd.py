@@ -161,32 +161,30 @@ def test_connection_close_too_large_and_malformed_requests() -> None:
 
 
 def test_a_stock_client_streams_and_posts() -> None:
-    asyncio.run(_test_a_stock_client_streams_and_posts())
+    async def body() -> None:
+        server, port = await _serve()
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://127.0.0.1:{port}/s/abc/echo", json={"a": 1}) as resp:
+                    assert resp.status == 200
+                    assert (await resp.json())["session"] == "abc"
+                async with http.get(f"http://127.0.0.1:{port}/stream") as resp:
+                    assert [line async for line in resp.content if line.strip()] == [b"data: 0\n", b"data: 1\n",
+                                                                                      b"data: 2\n"]
+        finally:
+            await server.stop()
 
-
-async def _test_a_stock_client_streams_and_posts() -> None:
-    server, port = await _serve()
-    try:
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"http://127.0.0.1:{port}/s/abc/echo", json={"a": 1}) as resp:
-                assert resp.status == 200
-                assert (await resp.json())["session"] == "abc"
-            async with http.get(f"http://127.0.0.1:{port}/stream") as resp:
-                assert [line async for line in resp.content if line.strip()] == [b"data: 0\n", b"data: 1\n",
-                                                                                  b"data: 2\n"]
-    finally:
-        await server.stop()
+    asyncio.run(body())
 
 
 def test_stop_closes_open_connections() -> None:
-    asyncio.run(_test_stop_closes_open_connections())
+    async def body() -> None:
+        server, port = await _serve()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/echo", b"x"))
+        await _read_response(reader)
+        await server.stop()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert not server.connections
 
-
-async def _test_stop_closes_open_connections() -> None:
-    server, port = await _serve()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(_post("/echo", b"x"))
-    await _read_response(reader)
-    await server.stop()
-    assert await asyncio.wait_for(reader.read(), 5) == b""
-    assert not server.connections
+    asyncio.run(body())
