@@ -12,7 +12,8 @@ measures, in the same run:
            hop cost on this machine, the floor under any proxy's added latency
   proxy    client -> rlkit proxy -> upstream, agent-like sessions: every worker holds a
            session whose conversation grows by a tool turn per call (8 turns, then a new
-           session), so both first-turn renders and incremental continuations are timed
+           session), so both first-turn renders and incremental continuations are timed;
+           every completion is a tool call, so the proxy's tool-call parsing is timed too
   litellm  client -> litellm proxy server -> upstream chat endpoint (if --litellm works)
 and prints p50/p99 latency, the added p50/p99 over the floor, and throughput.
 
@@ -41,7 +42,11 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COMPLETION_TEXT = "I will run the tests now and then fix the failing assertion."
+# Every stand-in completion is a tool call in the tiny model's (qwen3_coder) format, as agent turns are.
+COMPLETION_CONTENT = "I will run the tests now.\n"
+COMPLETION_COMMAND = "pytest -x tests/test_util.py"
+COMPLETION_TEXT = (COMPLETION_CONTENT + "<tool_call>\n<function=bash>\n<parameter=command>\n" + COMPLETION_COMMAND
+                   + "\n</parameter>\n</function>\n</tool_call>")
 ALL_CPUS = sorted(os.sched_getaffinity(0))  # before pin_cpus narrows this process to CPU 0
 CEILING_LEVELS = ((1, 300), (64, 1500), (256, 2000))  # (concurrency, requests)
 IN_FLIGHT_LEVELS = ((1, 20), (64, 512), (256, 1536))  # 20, 8 and 6 calls a session
@@ -55,8 +60,11 @@ def _fake_upstream_main(port: int, ids: list[int], delay_s: float = 0.0) -> None
     completion = json.dumps({"choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": "stop",
                                           "logprobs": {"token_logprobs": [-0.25] * len(ids)}}]}).encode()
     chat = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "tiny",
-                       "choices": [{"index": 0, "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": COMPLETION_TEXT}}],
+                       "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                    "message": {"role": "assistant", "content": COMPLETION_CONTENT, "tool_calls": [
+                                        {"id": "call_1", "type": "function", "function": {
+                                            "name": "bash", "arguments": json.dumps({"command": COMPLETION_COMMAND})}}
+                                    ]}}],
                        "usage": {"prompt_tokens": 10, "completion_tokens": len(ids), "total_tokens": 10 + len(ids)}}
                       ).encode()
     models = json.dumps({"object": "list", "data": [{"id": "tiny", "max_model_len": 32768}]}).encode()
@@ -115,6 +123,37 @@ def _relay_main(port: int, upstream_port: int) -> None:
             await server.serve_forever()
 
     asyncio.run(serve())
+
+
+def _idle_penalty_main(model: str) -> None:
+    """Times one fixed chat-template render back to back and after idle gaps, on this CPU.
+
+    Virtual CPUs that idle lose their caches (and wake slowly): per-call work that takes
+    50 us back to back can take several times that after the CPU slept. This prints that
+    factor for the CPUs the servers run on, so the in-flight table can be read against it.
+    """
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    turn = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."},
+            {"role": "tool", "tool_call_id": "c", "content": "exit code 1\nFAILED test_3"}]
+
+    def render() -> float:
+        started = time.perf_counter()
+        tok.apply_chat_template(turn, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+        return time.perf_counter() - started
+
+    for _ in range(200):
+        render()
+    cells = []
+    for gap_s, n in ((0.0, 50), (0.02, 40), (0.2, 15), (1.0, 5)):
+        times = []
+        for _ in range(n):
+            time.sleep(gap_s)
+            times.append(render())
+        cells.append(f"{percentile(times, 0.5) * 1e6:.0f} us" + (f" after {gap_s * 1e3:g} ms idle" if gap_s
+                                                                   else " back to back"))
+    print("idle penalty on the servers' CPUs: one chat-template render takes " + ", ".join(cells), flush=True)
 
 
 # --- load generation --------------------------------------------------------------------------------
@@ -176,8 +215,12 @@ async def run_level(url: str, kind: str, concurrency: int, total: int,
                     raise RuntimeError(f"{kind}: HTTP {resp.status}: {raw[:300]!r}")
             latencies.append(time.perf_counter() - started)
             reply = orjson.loads(raw)["choices"][0]["message"]
-            messages = [*messages, {"role": "assistant", "content": reply.get("content") or ""},
-                        {"role": "user", "content": f"exit code 1\nFAILED test_{len(messages)}"}]
+            if not reply.get("tool_calls"):
+                raise RuntimeError(f"{kind}: the tool call did not come back: {reply}")
+            call = reply["tool_calls"][0]
+            messages = [*messages, {"role": "assistant", "content": reply.get("content") or "",
+                                    "tool_calls": reply["tool_calls"]},
+                        {"role": "tool", "tool_call_id": call["id"], "content": f"exit code 1\nFAILED test_{len(messages)}"}]
 
     async def connect(http: aiohttp.ClientSession) -> None:
         async with http.get(url + HEALTH[kind]) as resp:
@@ -269,6 +312,8 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
 
         for kind, url in targets.items():  # warm-up: imports, pools, caches
             asyncio.run(run_level(url, kind, 4, 8 if delay_ms else 40))
+        if delay_ms:
+            subprocess.run([*pin, sys.executable, __file__, "--idle-penalty", str(model)], check=False)
         spread_s = delay_ms / 1e3
         pinned = f"; servers under test on CPUs {sorted(server_cpus)}" if pin else "; not pinned"
         print(f"\n{name}: upstream answers after {delay_ms:g} ms" + pinned
@@ -316,8 +361,12 @@ def main() -> int:
     parser.add_argument("--levels", default="1,64,256", help="concurrency levels to run (default 1,64,256)")
     parser.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-relay", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--idle-penalty", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.idle_penalty:
+        _idle_penalty_main(args.idle_penalty)
+        return 0
     if args.serve_relay:
         _relay_main(args.serve_relay, int(args.ids))
         return 0

@@ -187,7 +187,7 @@ class ProxyCore:
         chain = session.find_chain(norm, tkey)
         if chain is not None:
             delta = self.renderer.encode_continuation(messages[len(chain.messages):], tools,
-                                                      previous_ended_with_eos=chain.ended_with_eos)
+                                                      previous_ended_with_eos=chain.ended_with_eos, key=tkey)
             if delta is not None:
                 return chain.last_call, chain, delta, chain.ids + delta
             session.continuation_failures += 1

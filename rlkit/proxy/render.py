@@ -189,14 +189,16 @@ class ChatRenderer:
         return self.encode_text(self.render_text(messages, tools))
 
     def encode_continuation(self, new_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                            *, previous_ended_with_eos: bool) -> list[int] | None:
+                            *, previous_ended_with_eos: bool, key: bytes | None = None) -> list[int] | None:
         """Ids of `new_messages` (plus the generation prompt) following an assistant turn.
 
         The turn separator after the end-of-turn token belongs to the new messages. If
         the previous completion did not end with the end-of-turn token (cut by length),
         the token is inserted here. Returns None if the template is not prefix-stable.
+        `key` is `tools_key(tools)` where the caller has it (a large tool list costs to serialize).
         """
-        key = tools_key(tools)
+        if key is None:
+            key = tools_key(tools)
         if tools and key not in self._tools_matter:
             # Rendering a large tool list on every turn dominates the cost; skip it when the
             # template renders new turns identically without it (checked once per tool set).

@@ -33,6 +33,7 @@ from rlkit.proxy import anthropic, formats
 from rlkit.proxy._httpd import HttpServer, Router, StreamResponse, json_response
 from rlkit.proxy.core import ProxyConfig, ProxyCore, pick_sampling
 from rlkit.proxy.session import session_for_api_key
+from rlkit.proxy.toolcalls import use_inline_parser_decodes
 
 log = logging.getLogger("rlkit.proxy")
 DEFAULT_SESSION = "default"
@@ -338,6 +339,7 @@ class ProxyServer:
 
 
 async def serve_forever(config: ProxyConfig) -> None:
+    use_inline_parser_decodes(asyncio.get_running_loop())
     async with ProxyServer(config) as proxy:
         # Tokenizer, verl, torch and ray make a heap of millions of objects: a full collection
         # over it stalls every call for 100+ ms. Frozen objects are never scanned again.
@@ -369,6 +371,7 @@ class BackgroundProxy:
         import threading
 
         self._loop = asyncio.new_event_loop()
+        use_inline_parser_decodes(self._loop)
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlkit-proxy", daemon=True)
         self._thread.start()
         try:

@@ -7,9 +7,13 @@ training can mask it instead of learning from a turn the agent never saw as a ca
 
 from __future__ import annotations
 
+import asyncio
 import random
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+_VERL_PARSERS = "verl.experimental.agent_loop.tool_parser"
 
 # Markers that show a completion tried to call a tool, across the parsers verl ships.
 TOOL_MARKUP = ("<tool_call>", "<function=", "<|tool_call", "<tool_calls>", "<|tool_calls_section_begin|>",
@@ -32,14 +36,69 @@ def new_call_id(prefix: str = "call_") -> str:
     return f"{prefix}{random.getrandbits(96):024x}"
 
 
+def _is_parser_decode(fn: Any) -> bool:
+    """A tokenizer decode that verl's parsers send to the executor (bound, or wrapped in a lambda)."""
+    if getattr(fn, "__module__", None) == _VERL_PARSERS:
+        return True
+    return getattr(fn, "__name__", None) == "decode" and hasattr(getattr(fn, "__self__", None), "convert_ids_to_tokens")
+
+
+class InlineParserDecodes(ThreadPoolExecutor):
+    """A default executor that runs verl's parsers' decodes inline and everything else on threads.
+
+    verl's parsers decode a completion (a few hundred ids, microseconds) on the loop's default
+    executor: the hop to a thread and back costs 0.1 ms or more, on every call with a tool call.
+    """
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
+        if not _is_parser_decode(fn):
+            return super().submit(fn, *args, **kwargs)
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting parser, as a thread would
+            done.set_exception(exc)
+        return done
+
+
+def use_inline_parser_decodes(loop: asyncio.AbstractEventLoop) -> None:
+    """Install InlineParserDecodes on a loop the proxy owns, before anything uses its executor."""
+    loop.set_default_executor(InlineParserDecodes(thread_name_prefix="rlkit-proxy"))
+
+
+class _TokenizerView:
+    """The tokenizer as verl's parser sees it: decoding the ids the proxy just decoded returns that text.
+
+    Every verl parser starts by decoding the completion; the proxy has already done so.
+    Any other call, or other ids, goes to the real tokenizer.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._ids: list[int] | None = None
+        self._text = ""
+
+    def remember(self, ids: list[int], text: str) -> None:
+        self._ids, self._text = ids, text
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> str:
+        if ids is self._ids and not skip_special_tokens and not kwargs:
+            return self._text
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
 class ToolCallParser:
     """Wraps `verl...ToolParser.get_tool_parser(name, tokenizer)` (imported lazily: it pulls in ray/torch)."""
 
     def __init__(self, name: str, tokenizer: Any) -> None:
         from verl.experimental.agent_loop.tool_parser import ToolParser
 
+        self._tokenizer = _TokenizerView(tokenizer)
         try:
-            self._parser = ToolParser.get_tool_parser(name, tokenizer)
+            self._parser = ToolParser.get_tool_parser(name, self._tokenizer)
         except ValueError as exc:
             from rlkit.errors import UserError
 
@@ -66,9 +125,11 @@ class ToolCallParser:
 
     async def parse(self, completion_ids: list[int], text: str, tools: list[dict[str, Any]] | None,
                     tools_key: bytes) -> ParsedCompletion:
+        """`text` is the completion decoded with special tokens kept (what verl's parsers decode)."""
         expected = markup_count(text) if tools else 0
         if not tools or expected == 0:
             return ParsedCompletion(content=text)
+        self._tokenizer.remember(completion_ids, text)
         try:
             content, calls = await self._parser.extract_tool_calls(completion_ids, self._schemas(tools, tools_key))
         except Exception:  # noqa: BLE001 - a parser crash on model output is a parse failure, not a 500

@@ -1,0 +1,58 @@
+"""Tool-call parsing through verl's parsers: the decode they start with costs no thread hop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from rlkit.proxy.render import ChatRenderer, tools_key
+from rlkit.proxy.toolcalls import InlineParserDecodes, ToolCallParser, use_inline_parser_decodes
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"command": {"type": "string"}}}}}]
+CALL_TEXT = ("Running them.\n<tool_call>\n<function=bash>\n<parameter=command>\npytest -x\n</parameter>\n"
+             "</function>\n</tool_call>")
+
+
+def _decode_in_verl_module() -> str:
+    return threading.current_thread().name
+
+
+_decode_in_verl_module.__module__ = "verl.experimental.agent_loop.tool_parser"
+
+
+def test_inline_executor_runs_parser_decodes_inline_and_the_rest_on_threads() -> None:
+    executor = InlineParserDecodes(max_workers=1)
+    try:
+        here = threading.current_thread().name
+        assert executor.submit(_decode_in_verl_module).result() == here
+        assert executor.submit(lambda: threading.current_thread().name).result() != here
+    finally:
+        executor.shutdown()
+
+
+def test_parse_reuses_the_proxys_decode_and_matches_the_threaded_path(tiny_model_dir: Path) -> None:
+    renderer = ChatRenderer.from_path(str(tiny_model_dir))
+    ids = renderer.tokenizer.encode(CALL_TEXT, add_special_tokens=False)
+    text = renderer.decode(ids)
+    real_decodes: list[int] = []
+
+    async def parse(inline: bool):
+        if inline:
+            use_inline_parser_decodes(asyncio.get_running_loop())
+        parser = ToolCallParser("qwen3_coder", renderer.tokenizer)
+        real = renderer.tokenizer.decode
+        renderer.tokenizer.decode = lambda *a, **k: real_decodes.append(1) or real(*a, **k)
+        try:
+            return await parser.parse(ids, text, TOOLS, tools_key(TOOLS))
+        finally:
+            del renderer.tokenizer.decode
+
+    threaded, inline = asyncio.run(parse(False)), asyncio.run(parse(True))
+    assert real_decodes == []  # verl's parser got the proxy's text, not a second decode
+    assert not inline.parse_failure and inline.content == threaded.content == "Running them.\n"
+    strip = [{k: v for k, v in c.items() if k != "id"} for c in inline.tool_calls]
+    assert strip == [{"name": "bash", "arguments": '{"command": "pytest -x"}'}]
+    assert strip == [{k: v for k, v in c.items() if k != "id"} for c in threaded.tool_calls]
