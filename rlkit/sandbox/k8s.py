@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -159,7 +160,24 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        return EnvironmentCapabilities(disable_internet=True, gpus=True)
+        # Allowlists are NetworkPolicy ipBlocks: addresses and CIDRs, never names.
+        return EnvironmentCapabilities(
+            disable_internet=True, gpus=True, network_allowlist=True, network_allowlist_ipv4_addresses=True,
+            network_allowlist_ipv6_addresses=True, network_allowlist_ipv4_cidrs=True,
+            network_allowlist_ipv6_cidrs=True)
+
+    def validate_network_policy_support(self, network_policy: Any = None) -> None:
+        super().validate_network_policy_support(network_policy)
+        policy = network_policy or self.network_policy
+        if policy.network_mode != NetworkMode.ALLOWLIST:
+            return
+        loopback = [h for h in policy.allowed_hosts if ipaddress.ip_network(h.strip("[]"), strict=False).is_loopback]
+        if loopback:
+            # harbor allowlists an in-pod agent's inference host: on k8s that must be an address pods reach.
+            raise ValueError(
+                f"{self.type()} cannot allow {loopback}: loopback inside a pod is the pod itself. Serve the "
+                "proxy (or model endpoint) on an address pods can reach, e.g. the node's IP, and point the "
+                "agent there.")
 
     @classmethod
     def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
@@ -219,6 +237,8 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
             resources=self.resources(), env=self._startup_env(), workdir=self.task_env_config.workdir,
             pull_policy=self.opts.pull_policy,
             no_network=self.network_policy.network_mode == NetworkMode.NO_NETWORK,
+            allowed_hosts=(tuple(self.network_policy.allowed_hosts)
+                           if self.network_policy.network_mode == NetworkMode.ALLOWLIST else ()),
             service_account=self.opts.service_account, image_pull_secrets=tuple(self.opts.image_pull_secrets),
             node_selector=self.opts.node_selector, tolerations=tuple(self.opts.tolerations),
             active_deadline_sec=self.opts.active_deadline_sec))
@@ -228,8 +248,12 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
         core_api = self.core_api  # a missing cluster config is the user's to fix, not a retryable error
         name = spec.pod_name(self.session_id, uuid.uuid4().hex[:6])
         manifest = self.pod_manifest(name)
-        if manifest["metadata"]["labels"].get(spec.NETWORK_LABEL) == "none":
-            await run_blocking(self._ensure_no_network_policy)
+        network = manifest["metadata"]["labels"].get(spec.NETWORK_LABEL)
+        if network == "none":
+            await run_blocking(self._ensure_policy, spec.no_network_policy_manifest(self.opts.namespace))
+        elif network is not None:
+            await run_blocking(self._ensure_policy, spec.allowlist_policy_manifest(
+                self.opts.namespace, self.network_policy.allowed_hosts))
         try:
             await run_blocking(core_api.create_namespaced_pod, self.opts.namespace, manifest)
         except Exception as exc:
@@ -246,13 +270,13 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
             raise
         await self._upload_environment_dir_after_start()
 
-    def _ensure_no_network_policy(self) -> None:
+    def _ensure_policy(self, manifest: dict) -> None:
+        """Create a shared NetworkPolicy (one per policy, not per pod) unless it exists."""
         try:
-            self.networking_api.create_namespaced_network_policy(
-                self.opts.namespace, spec.no_network_policy_manifest(self.opts.namespace))
+            self.networking_api.create_namespaced_network_policy(self.opts.namespace, manifest)
         except Exception as exc:
             if getattr(exc, "status", None) != 409:  # 409: already there
-                raise SandboxError(f"cannot create the no-network policy: {exc}") from exc
+                raise SandboxError(f"cannot create network policy {manifest['metadata']['name']}: {exc}") from exc
 
     async def _wait_running(self, name: str) -> None:
         deadline = time.monotonic() + self.opts.start_timeout_sec

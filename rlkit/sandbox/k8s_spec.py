@@ -1,5 +1,5 @@
-"""Pure builders for the kubernetes backend: pod manifest, deny-all network policy,
-label selectors and the shell wrapping of an exec (k8s exec has no cwd/env/user).
+"""Pure builders for the kubernetes backend: pod manifest, deny-all and allowlist network
+policies, label selectors and the shell wrapping of an exec (k8s exec has no cwd/env/user).
 
 Plain dicts, no kubernetes import: the client accepts dict bodies, and these are
 unit-tested without a cluster.
@@ -7,6 +7,8 @@ unit-tested without a cluster.
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -80,6 +82,7 @@ class PodSpecInput:
     workdir: str | None = None
     pull_policy: PullPolicy = "IfNotPresent"
     no_network: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # egress allowlist (IPs and CIDRs); ingress stays closed
     service_account: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -92,6 +95,8 @@ def build_pod_manifest(spec: PodSpecInput) -> dict:
     labels = dict(spec.labels)
     if spec.no_network:
         labels[NETWORK_LABEL] = "none"
+    elif spec.allowed_hosts:
+        labels[NETWORK_LABEL] = allowlist_label(spec.allowed_hosts)
     container: dict = {
         "name": MAIN_CONTAINER,
         "image": spec.image,
@@ -139,6 +144,29 @@ def no_network_policy_manifest(namespace: str) -> dict:
         "kind": "NetworkPolicy",
         "metadata": {"name": NO_NETWORK_POLICY, "namespace": namespace, "labels": {"rlkit.managed": "1"}},
         "spec": {"podSelector": {"matchLabels": {NETWORK_LABEL: "none"}}, "policyTypes": ["Ingress", "Egress"]},
+    }
+
+
+def allowlist_cidrs(hosts: tuple[str, ...] | list[str]) -> list[str]:
+    """Allowlist entries as CIDRs (an address is its /32 or /128). Raises ValueError on a hostname:
+    a NetworkPolicy matches addresses, not names."""
+    return sorted({str(ipaddress.ip_network(host.strip("[]"), strict=False)) for host in hosts})
+
+
+def allowlist_label(hosts: tuple[str, ...] | list[str]) -> str:
+    """The rlkit.network label of pods that share one allowlist: `allow-<digest>`."""
+    return "allow-" + hashlib.sha256(",".join(allowlist_cidrs(hosts)).encode()).hexdigest()[:12]
+
+
+def allowlist_policy_manifest(namespace: str, hosts: tuple[str, ...] | list[str]) -> dict:
+    """Egress only to `hosts`, no ingress, for pods labelled with `allowlist_label(hosts)`."""
+    label = allowlist_label(hosts)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"rlkit-{label}", "namespace": namespace, "labels": {"rlkit.managed": "1"}},
+        "spec": {"podSelector": {"matchLabels": {NETWORK_LABEL: label}}, "policyTypes": ["Ingress", "Egress"],
+                 "egress": [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in allowlist_cidrs(hosts)]}]},
     }
 
 

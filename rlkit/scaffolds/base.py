@@ -109,7 +109,8 @@ class Scaffold:
         """kwargs for the sandbox backend (`TrialEnvironmentConfig.kwargs`): the image with
         this agent baked in. On docker, in-container agents get the network they reach the
         proxy by; a host-side agent leaves the task's own network policy alone. (On k8s the
-        proxy is a service address and the backend's own policy applies.)"""
+        backend serves harbor's allowlist of the proxy as a NetworkPolicy, so the proxy must
+        listen on an address pods reach.)"""
         kwargs: dict[str, Any] = {"image_variant": self.name if self.image_recipe is not None else "latest"}
         if backend == "docker" and self.runs_in_container:
             kwargs["network"] = self.network_mode

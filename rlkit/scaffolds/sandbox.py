@@ -8,7 +8,7 @@ backend accepts allowlists of loopback hosts only and serves them with network m
 `host`; any other allowlist is rejected, as harbor asks of a backend that cannot
 enforce it. Host networking does not filter other egress: it relies on the host's own
 egress policy (on the machines rlkit targets only loopback is routable for sandboxes).
-On k8s the proxy is a service address and the k8s backend applies its own policy.
+On k8s the backend turns the allowlist into a NetworkPolicy of ipBlocks (see rlkit.sandbox.k8s).
 """
 
 from __future__ import annotations

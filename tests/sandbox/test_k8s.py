@@ -95,6 +95,35 @@ def test_fake_k8s_no_network_task_gets_deny_all_policy_once(tmp_path: Path) -> N
     assert len(core.pods) == 2
 
 
+def test_fake_k8s_allowlist_gets_an_egress_policy_per_host_set(tmp_path: Path) -> None:
+    """What harbor asks for when an in-pod agent on a no-network task needs its proxy."""
+    from harbor.models.task.config import NetworkMode, NetworkPolicy
+
+    offline = write_task(tmp_path, "offline", task_toml='[environment]\nnetwork_mode = "no-network"\n')
+    core, net = FakeCoreV1Api(pending_reads=0), FakeNetworkingV1Api()
+    proxy_only = NetworkPolicy(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["10.0.0.5"])
+    envs = [make_k8s_env(offline, tmp_path, core=core, net=net, network_policy=proxy_only) for _ in range(2)]
+    for env in envs:
+        env.validate_network_policy_support()
+        asyncio.run(env.start(force_build=False))
+    (policy,) = net.policies.values()
+    assert policy["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}]}]
+    label = policy["spec"]["podSelector"]["matchLabels"]["rlkit.network"]
+    assert [p.labels["rlkit.network"] for p in core.pods.values()] == [label, label]
+
+
+@pytest.mark.parametrize(("host", "message"), [("proxy.internal", "hostnames"),
+                                               ("127.0.0.1", "loopback inside a pod is the pod itself")])
+def test_fake_k8s_allowlist_rejects_what_a_network_policy_cannot_serve(tmp_path: Path, host: str,
+                                                                       message: str) -> None:
+    from harbor.models.task.config import NetworkMode, NetworkPolicy
+
+    offline = write_task(tmp_path, "offline", task_toml='[environment]\nnetwork_mode = "no-network"\n')
+    policy = NetworkPolicy(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=[host])
+    with pytest.raises(ValueError, match=message):
+        make_k8s_env(offline, tmp_path, network_policy=policy).validate_network_policy_support()
+
+
 def test_fake_k8s_unpullable_image_fails_fast_and_deletes_pod(task: Path, tmp_path: Path) -> None:
     core = FakeCoreV1Api(unpullable={"rlkit-task/calc_task:latest"})
     env = make_k8s_env(task, tmp_path, core=core)

@@ -192,3 +192,21 @@ def test_drain_ws_times_out_with_none_code() -> None:
 ])
 def test_pod_state(status: SimpleNamespace | None, expected: str) -> None:
     assert pod_state(SimpleNamespace(status=status)) == expected
+
+
+def test_allowlist_policy_allows_egress_to_the_hosts_only() -> None:
+    hosts = ("10.0.0.5", "fd00::7", "192.168.0.0/16")
+    label = spec.allowlist_label(hosts)
+    assert label == spec.allowlist_label(tuple(reversed(hosts))) and label.startswith("allow-")
+    assert label != spec.allowlist_label(("10.0.0.6",))
+    policy = spec.allowlist_policy_manifest("train", hosts)
+    assert policy["metadata"]["name"] == f"rlkit-{label}"
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"rlkit.network": label}}, "policyTypes": ["Ingress", "Egress"],
+        "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}, {"ipBlock": {"cidr": "192.168.0.0/16"}},
+                           {"ipBlock": {"cidr": "fd00::7/128"}}]}]}
+    manifest = spec.build_pod_manifest(spec.PodSpecInput(name="p", namespace="train", image="i", labels={},
+                                                         allowed_hosts=hosts))
+    assert manifest["metadata"]["labels"]["rlkit.network"] == label
+    with pytest.raises(ValueError):
+        spec.allowlist_cidrs(["proxy.internal"])  # a NetworkPolicy matches addresses, not names
