@@ -1,7 +1,7 @@
 """Added latency of the token-recording proxy, per call, at concurrency 1, 64 and 256.
 
     .venv/bin/python bench/proxy_latency.py [--litellm PATH_TO_litellm] [--scale 1.0]
-        [--generation-ms 1000] [--only in-flight|ceiling]
+        [--generation-ms 1000] [--only in-flight|ceiling] [--in-process] [--levels 1,64,256]
 
 Everything runs on loopback against a stand-in upstream (a raw asyncio server that answers
 /v1/completions and /v1/chat/completions with fixed token ids after a fixed delay, with no
@@ -15,6 +15,9 @@ measures, in the same run:
            session), so both first-turn renders and incremental continuations are timed;
            every completion is a tool call, so the proxy's tool-call parsing is timed too
   litellm  client -> litellm proxy server -> upstream chat endpoint (if --litellm works)
+  proxy-inproc, proxy-inproc-busy (with --in-process)
+           the proxy as a trainer hosts it (BackgroundProxy, a thread of its process), with
+           the main thread idle, and busy with pure-Python work that holds the GIL
 and prints p50/p99 latency, the added p50/p99 over the floor, and throughput.
 
 Two tables, one load model each:
@@ -33,6 +36,7 @@ import argparse
 import asyncio
 import gc
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -206,7 +210,7 @@ async def run_level(url: str, kind: str, concurrency: int, total: int,
                 messages = [{"role": "system", "content": "You are a coding agent."},
                             {"role": "user", "content": "Fix the failing test in tests/test_util.py."}]
             payload = orjson.dumps({"model": "tiny", "messages": messages, "tools": TOOLS, "max_tokens": 64})
-            target = url + (f"/s/w{w}-{generation}" if kind == "proxy" else "") + "/v1/chat/completions"
+            target = url + (f"/s/w{w}-{generation}" if kind.startswith("proxy") else "") + "/v1/chat/completions"
             started = time.perf_counter()
             async with http.post(target, data=payload, headers={
                     "content-type": "application/json", "authorization": "Bearer sk-bench"}) as resp:
@@ -240,7 +244,33 @@ async def run_level(url: str, kind: str, concurrency: int, total: int,
     return latencies, total / elapsed
 
 
-HEALTH = {"direct": "/health", "relay": "/health", "proxy": "/health?deep=0", "litellm": "/health/liveliness"}
+HEALTH = {"direct": "/health", "relay": "/health", "proxy": "/health?deep=0", "litellm": "/health/liveliness",
+          "proxy-inproc": "/health?deep=0", "proxy-inproc-busy": "/health?deep=0"}
+
+
+def _in_process_main(port: int, upstream: str, model: str) -> None:
+    """The proxy as a trainer would host it: `BackgroundProxy` on a thread of the trainer's process.
+
+    SIGUSR1 makes the main thread run pure-Python work that holds the GIL (a driver doing data
+    processing or reward code) until SIGUSR2; the proxy's thread then waits up to the switch
+    interval (5 ms) for the GIL at every step of a call. Idle, the main thread only sleeps.
+    """
+    import signal
+
+    from rlkit.proxy import BackgroundProxy, ProxyConfig
+
+    BackgroundProxy(ProxyConfig(model_path=model, upstreams=[upstream], port=port, served_model_name="tiny")).start()
+    gc.collect()
+    gc.freeze()
+    busy = [False]
+    signal.signal(signal.SIGUSR1, lambda *_: busy.__setitem__(0, True))
+    signal.signal(signal.SIGUSR2, lambda *_: busy.__setitem__(0, False))
+    while True:
+        signal.pause()
+        total = 0
+        while busy[0]:
+            for i in range(10_000):
+                total += i * i
 
 
 def pin_cpus(args: argparse.Namespace) -> tuple[set[int], list[str]]:
@@ -303,6 +333,15 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_http(f"http://127.0.0.1:{proxy_port}/health")
         targets = {"direct": upstream, "relay": f"http://127.0.0.1:{relay_port}", "proxy": f"http://127.0.0.1:{proxy_port}"}
+        in_process: subprocess.Popen | None = None
+        if args.in_process:
+            port = free_port()
+            in_process = subprocess.Popen(
+                [*pin, sys.executable, __file__, "--serve-in-process", str(port), "--upstream", upstream,
+                 "--model", str(model)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            procs.append(in_process)
+            wait_http(f"http://127.0.0.1:{port}/health")
+            targets["proxy-inproc"] = targets["proxy-inproc-busy"] = f"http://127.0.0.1:{port}"
         if args.litellm:
             litellm_port = free_port()
             proc = start_litellm(args.litellm, upstream, litellm_port, workdir, pin)
@@ -318,14 +357,21 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
         pinned = f"; servers under test on CPUs {sorted(server_cpus)}" if pin else "; not pinned"
         print(f"\n{name}: upstream answers after {delay_ms:g} ms" + pinned
               + (f"; sessions start spread over {delay_ms:g} ms" if spread_s else "; closed loop, no think time"))
-        print(f"{'C':>4} {'target':<8} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'req/s':>7}")
+        print(f"{'C':>4} {'target':<17} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'req/s':>7}")
         for concurrency, total in levels:
             if str(concurrency) not in args.levels.split(","):
                 continue
             total = max(concurrency, int(total * args.scale))
             floor: tuple[float, float] | None = None
             for kind, url in targets.items():
-                lat, rate = asyncio.run(run_level(url, kind, concurrency, total, spread_s))
+                busy = in_process is not None and kind == "proxy-inproc-busy"
+                if busy:
+                    in_process.send_signal(signal.SIGUSR1)
+                try:
+                    lat, rate = asyncio.run(run_level(url, kind, concurrency, total, spread_s))
+                finally:
+                    if busy:
+                        in_process.send_signal(signal.SIGUSR2)
                 p50, p99 = percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3
                 if kind == "direct":
                     floor = (p50, p99)
@@ -336,7 +382,7 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
                     if name == "in-flight" and kind == "proxy":
                         met = p50 - floor[0] <= 1.0 and p99 - floor[1] <= 5.0
                         added += "  goal met" if met else "  goal NOT met"
-                print(f"{concurrency:>4} {kind:<8} {len(lat):>5} {p50:8.2f} {p99:8.2f} {added} {rate:7.0f}",
+                print(f"{concurrency:>4} {kind:<17} {len(lat):>5} {p50:8.2f} {p99:8.2f} {added} {rate:7.0f}",
                       flush=True)
     finally:
         for proc in procs:
@@ -361,9 +407,18 @@ def main() -> int:
     parser.add_argument("--levels", default="1,64,256", help="concurrency levels to run (default 1,64,256)")
     parser.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-relay", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--in-process", action="store_true",
+                        help="also measure the proxy hosted in a trainer-like process (BackgroundProxy), with "
+                        "its main thread idle and busy with pure-Python work")
+    parser.add_argument("--serve-in-process", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     parser.add_argument("--idle-penalty", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_in_process:
+        _in_process_main(args.serve_in_process, args.upstream, args.model)
+        return 0
     if args.idle_penalty:
         _idle_penalty_main(args.idle_penalty)
         return 0
