@@ -193,3 +193,28 @@ def test_ohsdk_version_check_reads_metadata_instead_of_importing(tmp_path: Path)
     _, sandbox = _drive("ohsdk", tmp_path)
     [check] = [c for c, _ in sandbox.execs if "openhands" in c and "version" in c]
     assert "importlib.metadata" in check and "import openhands" not in check
+
+
+@pytest.mark.fake_k8s
+@pytest.mark.parametrize("name", ["cc", "oc", "ohsdk"])
+def test_fake_k8s_no_network_task_allowlists_only_the_proxy_for_in_pod_agents(name: str, tmp_path: Path) -> None:
+    """harbor plans an in-pod agent's network from its base URL; the k8s backend must accept that plan
+    (an allowlist of the proxy's address) and refuse a loopback proxy, which no pod can reach."""
+    from harbor.models.task.config import NetworkMode
+    from harbor.trial.trial import Trial
+
+    from rlkit.rollout.trial import TrialSpec, trial_config
+    from tests.sandbox._helpers import write_task
+
+    task = write_task(tmp_path, "offline", task_toml='[environment]\nnetwork_mode = "no-network"\n')
+
+    def create(proxy_url: str) -> Any:
+        run = ScaffoldRun(session="trial-7", model="tiny", proxy_url=proxy_url, max_turns=3)
+        spec = TrialSpec(task_dir=task, trials_dir=tmp_path / "trials",
+                         **get_scaffold(name).trial_fields(run, backend="k8s"))
+        return asyncio.run(Trial.create(trial_config(spec, f"{name}-trial")))
+
+    policy = create("http://10.0.0.5:8002").agent_environment.network_policy
+    assert (policy.network_mode, policy.allowed_hosts) == (NetworkMode.ALLOWLIST, ["10.0.0.5"])
+    with pytest.raises(ValueError, match="loopback inside a pod is the pod itself"):
+        create("http://127.0.0.1:8002")
