@@ -1,7 +1,8 @@
 """Added latency of the token-recording proxy, per call, at concurrency 1, 64 and 256.
 
     .venv/bin/python bench/proxy_latency.py [--litellm PATH_TO_litellm] [--scale 1.0]
-        [--generation-ms 1000] [--only in-flight|ceiling] [--in-process] [--levels 1,64,256]
+        [--generation-ms 1000] [--only in-flight|ceiling] [--in-process] [--keep-cpus-awake]
+        [--levels 1,64,256]
 
 Everything runs on loopback against a stand-in upstream (a raw asyncio server that answers
 /v1/completions and /v1/chat/completions with fixed token ids after a fixed delay, with no
@@ -248,6 +249,17 @@ HEALTH = {"direct": "/health", "relay": "/health", "proxy": "/health?deep=0", "l
           "proxy-inproc": "/health?deep=0", "proxy-inproc-busy": "/health?deep=0"}
 
 
+def _keep_awake_main() -> None:
+    """Spin at SCHED_IDLE priority: the CPU never halts, yet any other task preempts this at once.
+
+    Stands in for the other work on a loaded training node, so that the servers' CPUs stay awake
+    between calls as they would there (see the idle penalty line).
+    """
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    while True:
+        pass
+
+
 def _in_process_main(port: int, upstream: str, model: str) -> None:
     """The proxy as a trainer would host it: `BackgroundProxy` on a thread of the trainer's process.
 
@@ -316,6 +328,10 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
     server_cpus, pin = pin_cpus(args)
     workdir = Path(tempfile.mkdtemp(prefix="rlkit-bench-"))
     try:
+        if args.keep_cpus_awake:
+            for cpu in sorted(server_cpus):
+                procs.append(subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, __file__, "--spin-idle"],
+                                              start_new_session=True))
         fake_port, proxy_port = free_port(), free_port()
         procs.append(subprocess.Popen([sys.executable, __file__, "--serve-fake", str(fake_port),
                                        "--ids", ",".join(map(str, ids)), "--generation-ms", str(delay_ms)],
@@ -355,6 +371,8 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
             subprocess.run([*pin, sys.executable, __file__, "--idle-penalty", str(model)], check=False)
         spread_s = delay_ms / 1e3
         pinned = f"; servers under test on CPUs {sorted(server_cpus)}" if pin else "; not pinned"
+        if args.keep_cpus_awake:
+            pinned += " (kept awake by SCHED_IDLE spinners)"
         print(f"\n{name}: upstream answers after {delay_ms:g} ms" + pinned
               + (f"; sessions start spread over {delay_ms:g} ms" if spread_s else "; closed loop, no think time"))
         print(f"{'C':>4} {'target':<17} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'req/s':>7}")
@@ -410,12 +428,18 @@ def main() -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="also measure the proxy hosted in a trainer-like process (BackgroundProxy), with "
                         "its main thread idle and busy with pure-Python work")
+    parser.add_argument("--keep-cpus-awake", action="store_true",
+                        help="run a SCHED_IDLE spinner on each server CPU, so it never halts between calls "
+                        "(a loaded training node); every other task preempts the spinner at once")
+    parser.add_argument("--spin-idle", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-in-process", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     parser.add_argument("--idle-penalty", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.spin_idle:
+        _keep_awake_main()
     if args.serve_in_process:
         _in_process_main(args.serve_in_process, args.upstream, args.model)
         return 0
