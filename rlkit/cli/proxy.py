@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
 
     from rlkit.proxy.core import ProxyConfig
     from rlkit.proxy.server import serve_forever
+    from rlkit.proxy.toolcalls import ProxyEventLoop
 
     try:
         sampling = json.loads(args.sampling)
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> int:
                          default_sampling=sampling, strict_parser_check=args.strict_parser_check)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(serve_forever(config))
+        asyncio.run(serve_forever(config), loop_factory=ProxyEventLoop)
     except KeyboardInterrupt:
         return 130
     return 0

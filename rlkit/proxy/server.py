@@ -33,7 +33,7 @@ from rlkit.proxy import anthropic, formats
 from rlkit.proxy._httpd import HttpServer, Router, StreamResponse, json_response
 from rlkit.proxy.core import ProxyConfig, ProxyCore, pick_sampling
 from rlkit.proxy.session import session_for_api_key
-from rlkit.proxy.toolcalls import use_inline_parser_decodes
+from rlkit.proxy.toolcalls import ProxyEventLoop
 
 log = logging.getLogger("rlkit.proxy")
 DEFAULT_SESSION = "default"
@@ -339,7 +339,7 @@ class ProxyServer:
 
 
 async def serve_forever(config: ProxyConfig) -> None:
-    use_inline_parser_decodes(asyncio.get_running_loop())
+    """Serve until cancelled; run it on a `ProxyEventLoop` (`asyncio.run(..., loop_factory=ProxyEventLoop)`)."""
     async with ProxyServer(config) as proxy:
         # Tokenizer, verl, torch and ray make a heap of millions of objects: a full collection
         # over it stalls every call for 100+ ms. Frozen objects are never scanned again.
@@ -370,8 +370,7 @@ class BackgroundProxy:
     def start(self) -> BackgroundProxy:
         import threading
 
-        self._loop = asyncio.new_event_loop()
-        use_inline_parser_decodes(self._loop)
+        self._loop = ProxyEventLoop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlkit-proxy", daemon=True)
         self._thread.start()
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,27 +42,24 @@ def _is_parser_decode(fn: Any) -> bool:
     return getattr(fn, "__name__", None) == "decode" and hasattr(getattr(fn, "__self__", None), "convert_ids_to_tokens")
 
 
-class InlineParserDecodes(ThreadPoolExecutor):
-    """A default executor that runs verl's parsers' decodes inline and everything else on threads.
+class ProxyEventLoop(asyncio.SelectorEventLoop):
+    """The proxy's event loop: verl's parsers' decodes run inline, as already-finished futures.
 
-    verl's parsers decode a completion (a few hundred ids, microseconds) on the loop's default
-    executor: the hop to a thread and back costs 0.1 ms or more, on every call with a tool call.
+    verl's parsers decode a completion (a few hundred ids, microseconds; here the proxy's own
+    text is handed back) on the default executor. The hop to a thread and back, plus the loop
+    turn that delivers its result, cost more than the parse itself on every call with a tool
+    call. Every other `run_in_executor` goes to threads as usual.
     """
 
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
-        if not _is_parser_decode(fn):
-            return super().submit(fn, *args, **kwargs)
-        done: Future = Future()
+    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> asyncio.Future:
+        if executor is not None or not _is_parser_decode(func):
+            return super().run_in_executor(executor, func, *args)
+        done = self.create_future()
         try:
-            done.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting parser, as a thread would
+            done.set_result(func(*args))
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting parser, as a thread would
             done.set_exception(exc)
         return done
-
-
-def use_inline_parser_decodes(loop: asyncio.AbstractEventLoop) -> None:
-    """Install InlineParserDecodes on a loop the proxy owns, before anything uses its executor."""
-    loop.set_default_executor(InlineParserDecodes(thread_name_prefix="rlkit-proxy"))
 
 
 class _TokenizerView:

@@ -1,4 +1,5 @@
-"""Tool-call parsing through verl's parsers: the decode they start with costs no thread hop."""
+"""Tool-call parsing through verl's parsers: on the proxy's loop, the decode they start with
+is a finished future (no thread hop, no loop turn)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 from pathlib import Path
 
 from rlkit.proxy.render import ChatRenderer, tools_key
-from rlkit.proxy.toolcalls import InlineParserDecodes, ToolCallParser, use_inline_parser_decodes
+from rlkit.proxy.toolcalls import ProxyEventLoop, ToolCallParser
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
                                            "parameters": {"type": "object",
@@ -23,14 +24,15 @@ def _decode_in_verl_module() -> str:
 _decode_in_verl_module.__module__ = "verl.experimental.agent_loop.tool_parser"
 
 
-def test_inline_executor_runs_parser_decodes_inline_and_the_rest_on_threads() -> None:
-    executor = InlineParserDecodes(max_workers=1)
-    try:
+def test_proxy_loop_runs_parser_decodes_inline_and_the_rest_on_threads() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
         here = threading.current_thread().name
-        assert executor.submit(_decode_in_verl_module).result() == here
-        assert executor.submit(lambda: threading.current_thread().name).result() != here
-    finally:
-        executor.shutdown()
+        decode = loop.run_in_executor(None, _decode_in_verl_module)
+        assert decode.done() and decode.result() == here  # awaiting it never yields to the loop
+        assert await loop.run_in_executor(None, lambda: threading.current_thread().name) != here
+
+    asyncio.run(scenario(), loop_factory=ProxyEventLoop)
 
 
 def test_parse_reuses_the_proxys_decode_and_matches_the_threaded_path(tiny_model_dir: Path) -> None:
@@ -39,9 +41,7 @@ def test_parse_reuses_the_proxys_decode_and_matches_the_threaded_path(tiny_model
     text = renderer.decode(ids)
     real_decodes: list[int] = []
 
-    async def parse(inline: bool):
-        if inline:
-            use_inline_parser_decodes(asyncio.get_running_loop())
+    async def parse():
         parser = ToolCallParser("qwen3_coder", renderer.tokenizer)
         real = renderer.tokenizer.decode
         renderer.tokenizer.decode = lambda *a, **k: real_decodes.append(1) or real(*a, **k)
@@ -50,7 +50,7 @@ def test_parse_reuses_the_proxys_decode_and_matches_the_threaded_path(tiny_model
         finally:
             del renderer.tokenizer.decode
 
-    threaded, inline = asyncio.run(parse(False)), asyncio.run(parse(True))
+    threaded, inline = asyncio.run(parse()), asyncio.run(parse(), loop_factory=ProxyEventLoop)
     assert real_decodes == []  # verl's parser got the proxy's text, not a second decode
     assert not inline.parse_failure and inline.content == threaded.content == "Running them.\n"
     strip = [{k: v for k, v in c.items() if k != "id"} for c in inline.tool_calls]
