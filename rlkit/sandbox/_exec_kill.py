@@ -1,7 +1,12 @@
-"""Kill a timed-out `docker exec` process and everything it started.
+"""Kill a timed-out command and everything it started.
 
 The Engine API has no "kill exec". When dockerd runs on this host (the normal case),
 the exec's host pid is visible in /proc, so we kill its whole process tree from outside.
+Inside a container (session commands, k8s pods) `KILL_TREE_BASH` does the same in bash.
+
+Both stop the whole tree top-down before killing it: a process that is still starting
+children while the tree is walked would otherwise leave a child behind (it appears after
+the walk passed, and outlives its killed parent).
 """
 
 from __future__ import annotations
@@ -38,13 +43,31 @@ def process_tree(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return order
 
 
-def kill_process_tree(pid: int) -> int:
-    """SIGKILL `pid` and its descendants; returns how many were signalled."""
-    killed = 0
-    for target in process_tree(pid):
+def _signal_all(pids: list[int], sig: int) -> int:
+    sent = 0
+    for target in pids:
         try:
-            os.kill(target, signal.SIGKILL)
-            killed += 1
+            os.kill(target, sig)
+            sent += 1
         except (ProcessLookupError, PermissionError):
             pass
-    return killed
+    return sent
+
+
+def kill_process_tree(pid: int) -> int:
+    """SIGSTOP `pid` and its descendants, then SIGKILL them; returns how many were killed."""
+    stopped = process_tree(pid)
+    _signal_all(stopped, signal.SIGSTOP)  # parents first: none of them forks from here on
+    tree = process_tree(pid)  # again: a fork that was under way when its parent stopped is in now
+    return _signal_all([*reversed(tree), *(p for p in stopped if p not in tree)], signal.SIGKILL)
+
+
+# Pure bash over /proc (no procps in the image): `kill_tree PID` stops the tree top-down, then
+# kills it bottom-up (a child whose parent died first is reparented out of the walk's reach).
+KILL_TREE_BASH = (
+    "walk() { local dir child key value; [ \"$1\" = STOP ] && kill -STOP \"$2\" 2>/dev/null; "
+    "for dir in /proc/[0-9]*; do child=${dir#/proc/}; "
+    "while read -r key value; do if [ \"$key\" = PPid: ]; then [ \"$value\" = \"$2\" ] && walk \"$1\" \"$child\"; "
+    "break; fi; done 2>/dev/null < \"$dir/status\"; done; "
+    "[ \"$1\" = KILL ] && kill -9 \"$2\" 2>/dev/null; }; "
+    "kill_tree() { walk STOP \"$1\"; walk KILL \"$1\"; }; ")

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlkit.sandbox._exec_kill import KILL_TREE_BASH
+
 _SERVER = r"""exec 2>/dev/null
 if command -v base64 >/dev/null && d=$(mktemp -d); then
   echo "H $d"
@@ -86,11 +88,7 @@ def build_script(command: str, cwd: str | None, env: dict[str, str] | None) -> s
 
 def kill_tree_script(pid: int) -> str:
     """Pure-bash SIGKILL of `pid` and its descendants (no procps needed in the image)."""
-    return (
-        "kt() { local dir child key value; for dir in /proc/[0-9]*; do child=${dir#/proc/}; "
-        "while read -r key value; do if [ \"$key\" = PPid: ]; then [ \"$value\" = \"$1\" ] && kt \"$child\"; "
-        "break; fi; done 2>/dev/null < \"$dir/status\"; done; kill -9 \"$1\" 2>/dev/null; }; "
-        f"kt {int(pid)}; true")
+    return KILL_TREE_BASH + f"kill_tree {int(pid)}; true"
 
 
 @dataclass

@@ -14,6 +14,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlkit.sandbox._exec_kill import KILL_TREE_BASH
+
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MAIN_CONTAINER = "main"
 NETWORK_LABEL = "rlkit.network"
@@ -200,11 +202,7 @@ def kill_tree_command(pid_file: str) -> list[str]:
 
     Pure bash over /proc (no procps needed in the image)."""
     quoted = shlex.quote(pid_file)
-    script = (
-        "kt() { local dir child key value; for dir in /proc/[0-9]*; do child=${dir#/proc/}; "
-        "while read -r key value; do if [ \"$key\" = PPid: ]; then [ \"$value\" = \"$1\" ] && kt \"$child\"; "
-        "break; fi; done 2>/dev/null < \"$dir/status\"; done; kill -9 \"$1\" 2>/dev/null; }; "
-        f"[ -f {quoted} ] && kt \"$(cat {quoted})\"; rm -f {quoted}")
+    script = KILL_TREE_BASH + f"[ -f {quoted} ] && kill_tree \"$(cat {quoted})\"; rm -f {quoted}"
     return ["bash", "-c", script]
 
 
