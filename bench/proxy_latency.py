@@ -267,8 +267,6 @@ def _in_process_main(port: int, upstream: str, model: str) -> None:
     processing or reward code) until SIGUSR2; the proxy's thread then waits up to the switch
     interval (5 ms) for the GIL at every step of a call. Idle, the main thread only sleeps.
     """
-    import signal
-
     from rlkit.proxy import BackgroundProxy, ProxyConfig
 
     BackgroundProxy(ProxyConfig(model_path=model, upstreams=[upstream], port=port, served_model_name="tiny")).start()

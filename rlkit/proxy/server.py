@@ -121,17 +121,17 @@ class ProxyApp:
         states = await asyncio.gather(*(self.core.client.healthy(r) for r in replicas))
         ok = any(states)
         return json_response({"status": "ok" if ok else "no healthy upstream",
-                      "upstreams": {r.base_url: s for r, s in zip(replicas, states, strict=True)}},
-                     200 if ok else 503)
+                              "upstreams": {r.base_url: s for r, s in zip(replicas, states, strict=True)}},
+                             200 if ok else 503)
 
     async def stats(self, request: Any) -> Any:
         return json_response({**self.core.stats, "sessions": len(self.core.sessions.ids()),
-                      "parser_check": self.core.parser_check,
-                      "in_flight": {r.base_url: r.in_flight for r in self.core.router.replicas}})
+                              "parser_check": self.core.parser_check,
+                              "in_flight": {r.base_url: r.in_flight for r in self.core.router.replicas}})
 
     async def models(self, request: Any) -> Any:
         return json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "rlkit",
-                                                  "type": "model", "display_name": self.model_name}]})
+                                                          "type": "model", "display_name": self.model_name}]})
 
     async def sessions(self, request: Any) -> Any:
         return json_response({"sessions": self.core.sessions.ids()})
@@ -140,7 +140,7 @@ class ProxyApp:
         calls = request.query.get("calls", "full")
         if calls not in ("full", "delta", "none"):
             return json_response({"error": {"message": "calls must be full, delta or none", "type": "invalid_request_error"}},
-                         400)
+                                 400)
         data = self.core.trajectory(request.match_info["session"], calls=calls)
         if data is None:
             return json_response({"error": {"message": "no such session", "type": "not_found"}}, 404)
@@ -160,7 +160,7 @@ class ProxyApp:
             limits = self.core.set_session_limits(request.match_info["session"], **body)
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return json_response({"error": {"message": "expected {\"max_calls\": N, \"max_response_tokens\": N}",
-                                    "type": "invalid_request_error"}}, 400)
+                                            "type": "invalid_request_error"}}, 400)
         return json_response({"session_id": request.match_info["session"], "limits": limits})
 
     async def close(self, request: Any) -> Any:
@@ -177,7 +177,7 @@ class ProxyApp:
             messages = body["messages"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return json_response(formats.openai_error("body must be a JSON object with 'messages'",
-                                              kind="invalid_request_error"), 400)
+                                                      kind="invalid_request_error"), 400)
         model = body.get("model") or self.model_name
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         stream = None
@@ -193,10 +193,10 @@ class ProxyApp:
                 return await stream.finish(formats.openai_stream_error(
                     exc.message, kind="invalid_request_error", code="context_length_exceeded"))
             return json_response(formats.openai_error(exc.message, kind="invalid_request_error",
-                                              code="context_length_exceeded", param="messages"), 400)
+                                                      code="context_length_exceeded", param="messages"), 400)
         except SessionBudgetError as exc:  # a 400: clients do not retry it, so the episode ends
             return json_response(formats.openai_error(exc.message, kind="invalid_request_error",
-                                              code="session_budget_exceeded"), 400)
+                                                      code="session_budget_exceeded"), 400)
         except ProxyError as exc:
             log.warning("upstream error: %s", exc.message)
             if stream is not None and stream.response is not None:

@@ -36,10 +36,8 @@ def new_call_id(prefix: str = "call_") -> str:
 
 
 def _is_parser_decode(fn: Any) -> bool:
-    """A tokenizer decode that verl's parsers send to the executor (bound, or wrapped in a lambda)."""
-    if getattr(fn, "__module__", None) == _VERL_PARSERS:
-        return True
-    return getattr(fn, "__name__", None) == "decode" and hasattr(getattr(fn, "__self__", None), "convert_ids_to_tokens")
+    """The decode verl's parsers send to the executor: our tokenizer view's, bound or in one of their lambdas."""
+    return isinstance(getattr(fn, "__self__", None), _TokenizerView) or getattr(fn, "__module__", None) == _VERL_PARSERS
 
 
 class ProxyEventLoop(asyncio.SelectorEventLoop):

@@ -20,6 +20,8 @@ Heavy clients (docker, kubernetes, harbor) are imported only by the backend modu
 
 from __future__ import annotations
 
+import ipaddress
+
 from rlkit.registry import Registry
 
 BACKENDS: Registry[type] = Registry("sandbox backend")
@@ -31,3 +33,16 @@ IMPORT_PATHS: dict[str, str] = {
     "docker": "rlkit.sandbox.docker:DockerEnvironment",
     "k8s": "rlkit.sandbox.k8s:KubernetesEnvironment",
 }
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """An allowlist entry (name, address or CIDR) that means this machine's loopback."""
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_network(host, strict=False).is_loopback
+    except ValueError:
+        return False

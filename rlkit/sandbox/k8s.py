@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import ipaddress
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
 from rlkit.errors import SandboxError, UserError
-from rlkit.sandbox import _tar
+from rlkit.sandbox import _tar, is_loopback
 from rlkit.sandbox import k8s_spec as spec
 from rlkit.sandbox._docker_client import run_blocking
 from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
@@ -171,7 +170,7 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
         policy = network_policy or self.network_policy
         if policy.network_mode != NetworkMode.ALLOWLIST:
             return
-        loopback = [h for h in policy.allowed_hosts if ipaddress.ip_network(h.strip("[]"), strict=False).is_loopback]
+        loopback = [host for host in policy.allowed_hosts if is_loopback(host)]
         if loopback:
             # harbor allowlists an in-pod agent's inference host: on k8s that must be an address pods reach.
             raise ValueError(

@@ -13,25 +13,13 @@ On k8s the backend turns the allowlist into a NetworkPolicy of ipBlocks (see rlk
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.models.task.config import NetworkMode
 
+from rlkit.sandbox import is_loopback
 from rlkit.sandbox.docker import DockerEnvironment, DockerNetwork
-
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ProxyDockerEnvironment(DockerEnvironment):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 from rlkit.proxy.render import ChatRenderer, tools_key
-from rlkit.proxy.toolcalls import ProxyEventLoop, ToolCallParser
+from rlkit.proxy.toolcalls import ProxyEventLoop, ToolCallParser, _TokenizerView
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
                                            "parameters": {"type": "object",
@@ -30,6 +31,10 @@ def test_proxy_loop_runs_parser_decodes_inline_and_the_rest_on_threads() -> None
         here = threading.current_thread().name
         decode = loop.run_in_executor(None, _decode_in_verl_module)
         assert decode.done() and decode.result() == here  # awaiting it never yields to the loop
+        # hermes-style parsers hand over the (view's) bound decode itself
+        view = _TokenizerView(SimpleNamespace(decode=lambda ids, **_: threading.current_thread().name))
+        bound = loop.run_in_executor(None, view.decode, [1, 2])
+        assert bound.done() and bound.result() == here
         assert await loop.run_in_executor(None, lambda: threading.current_thread().name) != here
 
     asyncio.run(scenario(), loop_factory=ProxyEventLoop)
