@@ -62,7 +62,8 @@ IN_FLIGHT_LEVELS = ((1, 20), (64, 512), (256, 1536))  # 20, 8 and 6 calls a sess
 def _fake_upstream_main(port: int, ids: list[int], delay_s: float = 0.0) -> None:
     import json
 
-    completion = json.dumps({"choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": "stop",
+    # The text vLLM sends with the ids (the proxy asks for special tokens kept).
+    completion = json.dumps({"choices": [{"index": 0, "text": COMPLETION_TEXT, "token_ids": ids, "finish_reason": "stop",
                                           "logprobs": {"token_logprobs": [-0.25] * len(ids)}}]}).encode()
     chat = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "tiny",
                        "choices": [{"index": 0, "finish_reason": "tool_calls",
@@ -363,8 +364,10 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
                 procs.append(proc)
                 targets["litellm"] = f"http://127.0.0.1:{litellm_port}"
 
-        for kind, url in targets.items():  # warm-up: imports, pools, caches
-            asyncio.run(run_level(url, kind, 4, 8 if delay_ms else 40))
+        # Warm-up: imports, pools, caches, and the proxy's start-up self-checks (its first 32
+        # encodes and completion texts are also done the slow way and compared).
+        for kind, url in targets.items():
+            asyncio.run(run_level(url, kind, 32, 96 if delay_ms else 200))
         if delay_ms:
             subprocess.run([*pin, sys.executable, __file__, "--idle-penalty", str(model)], check=False)
         spread_s = delay_ms / 1e3

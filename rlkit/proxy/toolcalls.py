@@ -14,6 +14,11 @@ from typing import Any
 
 _VERL_PARSERS = "verl.experimental.agent_loop.tool_parser"
 
+try:  # libuv's loop: per call it runs far less Python than asyncio's own, which counts on a cold CPU
+    from uvloop import Loop as _BaseLoop
+except ImportError:  # pragma: no cover - uvloop comes with the proxy extra
+    _BaseLoop = asyncio.SelectorEventLoop
+
 # Markers that show a completion tried to call a tool, across the parsers verl ships.
 TOOL_MARKUP = ("<tool_call>", "<function=", "<|tool_call", "<tool_calls>", "<|tool_calls_section_begin|>",
                "<｜tool▁calls▁begin｜>", "to=functions.", "<seed:tool_call>", "<minimax:tool_call>")
@@ -40,8 +45,8 @@ def _is_parser_decode(fn: Any) -> bool:
     return isinstance(getattr(fn, "__self__", None), _TokenizerView) or getattr(fn, "__module__", None) == _VERL_PARSERS
 
 
-class ProxyEventLoop(asyncio.SelectorEventLoop):
-    """The proxy's event loop: verl's parsers' decodes run inline, as already-finished futures.
+class ProxyEventLoop(_BaseLoop):
+    """The proxy's event loop (uvloop's where installed): verl's parsers' decodes run inline.
 
     verl's parsers decode a completion (a few hundred ids, microseconds; here the proxy's own
     text is handed back) on the default executor. The hop to a thread and back, plus the loop
@@ -84,6 +89,27 @@ class _TokenizerView:
         return getattr(self._tokenizer, name)
 
 
+class _DumpedOnce:
+    """A tool parameter's schema whose `model_dump()` is computed once, not on every parsed call.
+
+    verl's XML parsers dump every parameter of the called tool's schema per call to read its type.
+    """
+
+    __slots__ = ("_dump", "_model")
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._dump = model.model_dump()
+
+    def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if args or kwargs:
+            return self._model.model_dump(*args, **kwargs)
+        return self._dump  # read only: the parser looks up each parameter's type
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
 class ToolCallParser:
     """Wraps `verl...ToolParser.get_tool_parser(name, tokenizer)` (imported lazily: it pulls in ray/torch)."""
 
@@ -111,9 +137,13 @@ class ToolCallParser:
             schemas = []
             for tool in tools:
                 try:
-                    schemas.append(OpenAIFunctionToolSchema.model_validate(tool))
+                    schema = OpenAIFunctionToolSchema.model_validate(tool)
                 except Exception:  # noqa: BLE001, S112 - a schema verl cannot model only loses argument typing
                     continue
+                properties = schema.function.parameters.properties
+                for name, prop in properties.items():
+                    properties[name] = _DumpedOnce(prop)
+                schemas.append(schema)
             self._tool_schemas[key] = schemas
         return self._tool_schemas[key]
 

@@ -113,8 +113,10 @@ class UpstreamClient:
 
     async def complete(self, replica: Replica, prompt_ids: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
         """One token-in/token-out completion: vLLM's first choice (token ids, logprobs, finish reason)."""
+        # Text with special tokens as they are (tool-call markup), spaced as the tokenizer decodes it.
         body = {"model": self.model_name, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
-                "echo": False, "stream": False, **sampling}
+                "echo": False, "stream": False, "skip_special_tokens": False,
+                "spaces_between_special_tokens": False, **sampling}
         replica.in_flight += 1
         try:
             status, raw = await self._pool(replica).request("POST", "/v1/completions", orjson.dumps(body),

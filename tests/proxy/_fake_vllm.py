@@ -19,8 +19,10 @@ Reply = Callable[[list[int], dict[str, Any]], list[int]]
 
 class FakeVllm:
     def __init__(self, reply: Reply, *, model: str = "tiny", max_model_len: int = 8192,
-                 finish_reason: str = "stop", delay_s: float = 0.0, status: int = 200) -> None:
+                 finish_reason: str = "stop", delay_s: float = 0.0, status: int = 200,
+                 text: Callable[[list[int]], str] | None = None) -> None:
         self.reply = reply
+        self.text = text  # the completion's text, as vLLM detokenizes it (default: none sent)
         self.model = model
         self.max_model_len = max_model_len
         self.finish_reason = finish_reason
@@ -38,7 +40,7 @@ class FakeVllm:
         if self.status != 200:
             return web.Response(status=self.status, text="engine died")
         ids = self.reply(body["prompt"], body)
-        choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": self.finish_reason,
+        choice = {"index": 0, "text": self.text(ids) if self.text else "", "token_ids": ids, "finish_reason": self.finish_reason,
                   "logprobs": {"token_logprobs": [-0.5 - 0.01 * i for i in range(len(ids))]}}
         return web.Response(body=orjson.dumps({"choices": [choice], "prompt_token_ids": body["prompt"]}),
                             content_type="application/json")

@@ -35,7 +35,8 @@ def run(coro: Any) -> Any:
 async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstreams: int = 1,
                    parser: str = "qwen3_coder", max_model_len: int = 8192,
                    finish_reason: str = "stop", served_len: int | None = None, delay_s: float = 0.0,
-                   status: int = 200, keepalive_s: float = 10.0) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
+                   status: int = 200, keepalive_s: float = 10.0,
+                   text: Any = None) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
     """A proxy on a free port in front of scripted upstreams that answer `replies` in turn (+ end-of-turn)."""
     from transformers import AutoTokenizer
 
@@ -48,7 +49,7 @@ async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstrea
         return ids if finish_reason == "length" else ids + [tok.eos_token_id]
 
     fakes = [FakeVllm(reply, max_model_len=served_len or max_model_len, finish_reason=finish_reason,
-                      delay_s=delay_s, status=status) for _ in range(upstreams)]
+                      delay_s=delay_s, status=status, text=text) for _ in range(upstreams)]
     async with contextlib.AsyncExitStack() as stack:
         for fake in fakes:
             await stack.enter_async_context(fake.running())
@@ -184,6 +185,23 @@ def test_matching_parser_parses_hermes_calls(tiny_hermes_model_dir: Path) -> Non
                     "model": "m", "messages": [{"role": "user", "content": "go"}], "tools": TOOLS})).json()
         assert resp["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
         assert proxy.trajectory("h")["parse_failures"] == 0
+    run(body())
+
+
+def test_vllms_own_text_is_used_once_trusted_but_not_for_stop_string_cuts(tiny_model_dir: Path) -> None:
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, ["ok"], text=lambda ids: "vLLM's text<|im_end|>") as (proxy, [fake]):
+            proxy.core.renderer.text_checks_left = 0  # as after the first completions matched
+            async with httpx.AsyncClient(base_url=proxy.openai_base_url("t")) as client:
+                plain = (await client.post("/chat/completions", json={
+                    "model": "tiny", "messages": [{"role": "user", "content": "hi"}]})).json()
+                cut = (await client.post("/chat/completions", json={
+                    "model": "tiny", "messages": [{"role": "user", "content": "again"}], "stop": ["###"]})).json()
+        # The end-of-turn text vLLM may keep is not content; a stop-string cut is decoded here.
+        assert plain["choices"][0]["message"]["content"] == "vLLM's text"
+        assert cut["choices"][0]["message"]["content"] == "ok"
+        sent = fake.requests[0]
+        assert sent["skip_special_tokens"] is False and sent["spaces_between_special_tokens"] is False
     run(body())
 
 

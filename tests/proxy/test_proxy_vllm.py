@@ -102,3 +102,23 @@ def test_forced_tool_call_as_anthropic_tool_use(vllm_server: Any) -> None:
         assert orjson.loads(partial) == {"cmd": "ls -la"}
         assert deltas[-2]["delta"]["stop_reason"] == "tool_use"
     asyncio.run(body())
+
+
+def test_vllms_completion_text_equals_the_proxys_decode(vllm_server: Any) -> None:
+    """The proxy answers with vLLM's own text once it matched; here it must match every time."""
+    said = "Voilà — ✓ 🙂 naïve\n" + CALL
+
+    async def body() -> None:
+        async with proxy_for(vllm_server) as proxy, httpx.AsyncClient(timeout=120) as client:
+            proxy.set_session_sampling("text", {"structured_outputs": {"regex": re.escape(said)}, "temperature": 0})
+            renderer = proxy.core.renderer
+            for turn in range(3):
+                resp = await client.post(proxy.openai_base_url("text") + "/chat/completions", json={
+                    "model": "tiny", "messages": [{"role": "user", "content": f"go {turn}"}], "tools": TOOLS,
+                    "max_tokens": 128})
+                assert resp.status_code == 200, resp.text
+                assert resp.json()["choices"][0]["message"]["content"] == "Voilà — ✓ 🙂 naïve\n"
+            assert renderer.upstream_text_ok and renderer.text_checks_left == renderer.TEXT_CHECKS - 3
+            calls = proxy.trajectory("text")["calls"]
+            assert all(c["completion_ids"][-1] == renderer.eos_id for c in calls)  # ended by end-of-turn
+    asyncio.run(body())

@@ -125,3 +125,28 @@ def test_tool_list_is_serialized_once_per_session() -> None:
     other = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "sh"}}]
     assert session.tools_key(other) == tools_key(other) != first
     assert session.tools_key(None) == tools_key(None)
+
+
+def test_vllms_completion_text_is_used_only_after_it_matched_the_decode(tiny_model_dir: Path) -> None:
+    renderer = ChatRenderer.from_path(str(tiny_model_dir))
+    ids = renderer.encode_text("I will look.\n<tool_call>\n<function=bash>\n</function>\n</tool_call>")
+    mine = renderer.decode(ids)
+    renderer.text_checks_left = 2
+    assert renderer.completion_text(ids, None) == mine  # no text from vLLM: decoded here, no check spent
+    assert renderer.text_checks_left == 2
+    assert renderer.completion_text(ids, mine) == mine
+    assert renderer.completion_text(ids, mine) == mine
+    # Checked twice and equal: from now on vLLM's text is taken as it comes, without decoding.
+    assert renderer.completion_text(ids, "vLLM's own text") == "vLLM's own text"
+    assert renderer.upstream_text_ok
+
+
+def test_vllms_completion_text_is_dropped_for_good_when_it_differs(tiny_model_dir: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    renderer = ChatRenderer.from_path(str(tiny_model_dir))
+    ids = renderer.encode_text("<tool_call>\nls\n</tool_call>")
+    mine = renderer.decode(ids)
+    assert renderer.completion_text(ids, mine.replace("<tool_call>", "")) == mine  # special tokens skipped
+    assert not renderer.upstream_text_ok and "differs" in caplog.text
+    renderer.text_checks_left = 0
+    assert renderer.completion_text(ids, "anything") == mine

@@ -61,3 +61,38 @@ def test_parse_reuses_the_proxys_decode_and_matches_the_threaded_path(tiny_model
     strip = [{k: v for k, v in c.items() if k != "id"} for c in inline.tool_calls]
     assert strip == [{"name": "bash", "arguments": '{"command": "pytest -x"}'}]
     assert strip == [{k: v for k, v in c.items() if k != "id"} for c in threaded.tool_calls]
+
+
+def test_proxy_loop_is_uvloops() -> None:
+    import uvloop
+
+    assert issubclass(ProxyEventLoop, uvloop.Loop)
+
+
+def test_tool_schemas_are_dumped_once_not_per_parse(tiny_model_dir: Path) -> None:
+    """verl's XML parser dumps the called tool's parameter schemas on every call; ours are dumped once."""
+    from pydantic import BaseModel
+
+    renderer = ChatRenderer.from_path(str(tiny_model_dir))
+    ids = renderer.tokenizer.encode(CALL_TEXT.replace("pytest -x", "3"), add_special_tokens=False)
+    typed = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
+        "type": "object", "properties": {"command": {"type": "integer"}}}}}]
+    parser = ToolCallParser("qwen3_coder", renderer.tokenizer)
+    dumps: list[int] = []
+    real_dump = BaseModel.model_dump
+
+    def counting_dump(self: BaseModel, *args: object, **kwargs: object) -> object:
+        dumps.append(1)
+        return real_dump(self, *args, **kwargs)
+
+    async def parse_three_times() -> list:
+        return [await parser.parse(ids, renderer.decode(ids), typed, tools_key(typed)) for _ in range(3)]
+
+    BaseModel.model_dump = counting_dump
+    try:
+        results = asyncio.run(parse_three_times(), loop_factory=ProxyEventLoop)
+    finally:
+        BaseModel.model_dump = real_dump
+    assert len(dumps) == 1  # when the tool list was first seen
+    # The parameter's type still reaches the parser: "3" became the integer 3.
+    assert all(r.tool_calls[0]["arguments"] == '{"command": 3}' for r in results)
