@@ -33,9 +33,7 @@ need_disk() {  # $1 = GiB a step needs free here, $2 = the step; a full disk mid
   local free_kib
   free_kib=$(df -Pk "$ROOT" | awk 'NR==2 {print $4}')
   if [ "${free_kib:-0}" -lt $(( $1 * 1024 * 1024 )) ]; then
-    printf '✗ FATAL setup: %s needs about %s GiB free on %s; %s GiB are free.
-  fix: free disk space (old checkouts, docker system prune, ~/.cache/pip) and run this again
-' \
+    printf '✗ FATAL setup: %s needs about %s GiB free on %s; %s GiB are free.\n  fix: free disk space (old checkouts, docker system prune, ~/.cache/pip) and run this again\n' \
       "$2" "$1" "$ROOT" "$(( free_kib / 1024 / 1024 ))" >&2
     exit 1
   fi

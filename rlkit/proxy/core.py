@@ -258,9 +258,7 @@ class ProxyCore:
         body_ids = completion[:-1] if ended_with_eos else completion
         # vLLM's text matches the ids unless stop strings cut it or a length cut split a character.
         upstream_text = out.get("text") if out["finish_reason"] != "length" and not params.get("stop") else None
-        if upstream_text and ended_with_eos and upstream_text.endswith(self.renderer.eos_text):
-            upstream_text = upstream_text[:-len(self.renderer.eos_text)]
-        text = self.renderer.completion_text(body_ids, upstream_text)
+        text = self.renderer.completion_text(body_ids, upstream_text, ended_with_eos=ended_with_eos)
         parsed: ParsedCompletion = await self.parser.parse(body_ids, text, tools, tkey)
 
         index = len(session.calls)

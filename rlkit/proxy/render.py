@@ -234,15 +234,18 @@ class ChatRenderer:
             return self._fast.decode(ids, skip_special_tokens=False)
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def completion_text(self, ids: list[int], upstream_text: str | None) -> str:
+    def completion_text(self, ids: list[int], upstream_text: str | None, *, ended_with_eos: bool = False) -> str:
         """Text of completion `ids` (special tokens kept): vLLM's, which came with them, once it proved equal.
 
-        The first TEXT_CHECKS texts are also decoded here and compared; any difference turns
-        vLLM's text off for good. Decoding is cheap back to back but costs ~100 us on a CPU
-        that idled through the generation, as every call's CPU has.
+        `ids` exclude the end-of-turn token when the completion `ended_with_eos`; vLLM's text
+        may still carry it. The first TEXT_CHECKS texts are also decoded here and compared;
+        any difference turns vLLM's text off for good. Decoding is cheap back to back but
+        costs ~100 us on a CPU that idled through the generation, as every call's CPU has.
         """
         if not upstream_text or not self.upstream_text_ok:
             return self.decode(ids)
+        if ended_with_eos and upstream_text.endswith(self.eos_text):
+            upstream_text = upstream_text[:-len(self.eos_text)]
         if self.text_checks_left:
             self.text_checks_left -= 1
             mine = self.decode(ids)
