@@ -1,0 +1,142 @@
+"""What the rollout engine hands the trainers: one record per trial, one result per step.
+
+This is the one batch type of a training step. The local trainer and the verl bridge
+read it; `step_<N>/summary.json` and the monitor read its summary. Pure data, no I/O.
+
+Outcome rules (one outcome per trial):
+  * INFRA outcomes are the infrastructure's fault: the trial is masked from training and
+    counted, and it never fails the step.
+  * TRUNCATIONS ended the episode early (a budget or the context window): the trial is
+    graded and trained with the reward the tests gave, and counted.
+  * Everything else is trained with its reward.
+  * A trial with no model tokens has nothing to train on: it is masked too.
+  * A prompt group (same `uid`) whose trials are all masked is dropped, and counted.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Outcome(StrEnum):
+    """Why a trial ended the way it did."""
+
+    PASSED = "passed"                      # graded, reward > 0 (reward 1.0 for a full pass)
+    FAILED_TESTS = "failed_tests"          # graded, reward 0: a wrong answer
+    PARSE_ERROR = "parse_error"            # the proxy could not parse the model's tool call(s)
+    CONTEXT_EXCEEDED = "context_exceeded"  # a prompt outgrew the context window (truncation)
+    CALL_LIMIT = "call_limit"              # the session's model-call budget ran out (truncation)
+    RESPONSE_BUDGET = "response_budget"    # the session's response-token budget (MAX_RESP) ran out (truncation)
+    AGENT_TIMEOUT = "agent_timeout"        # the agent ran past its timeout; still graded
+    AGENT_ERROR = "agent_error"            # the agent process failed; still graded
+    NO_REWARD_FILE = "no_reward_file"      # the tests wrote no reward
+    VERIFIER_TIMEOUT = "verifier_timeout"  # the tests ran past their timeout
+    VERIFIER_ERROR = "verifier_error"      # the verifier itself failed (unreadable reward, copy error)
+    TAMPER_SUSPECT = "tamper_suspect"      # the agent left files that can steer the verifier
+    SANDBOX_ERROR = "sandbox_error"        # the sandbox could not start / exec / copy (after retries)
+    ERROR = "error"                        # an internal failure of rlkit or harbor
+
+    @property
+    def masked(self) -> bool:
+        return self in INFRA
+
+    @property
+    def truncated(self) -> bool:
+        return self in TRUNCATIONS
+
+
+INFRA: frozenset[Outcome] = frozenset({Outcome.SANDBOX_ERROR, Outcome.VERIFIER_ERROR, Outcome.ERROR})
+TRUNCATIONS: frozenset[Outcome] = frozenset({Outcome.CONTEXT_EXCEEDED, Outcome.CALL_LIMIT,
+                                             Outcome.RESPONSE_BUDGET})
+
+
+class TokenSegment(BaseModel):
+    """One contiguous token sequence from the proxy (a run of calls sharing a prefix).
+
+    `response_mask` is 1 on tokens the model sampled and 0 on tokens inserted between
+    calls (tool output, user turns); `response_logprobs` are vLLM's sampling logprobs
+    (0.0 where the mask is 0). All three response lists have the same length."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float]
+    num_turns: int = 0
+
+    @classmethod
+    def from_proxy(cls, segment: dict[str, Any]) -> TokenSegment:
+        """From one entry of the proxy's `GET /s/<sid>/trajectory` `segments` list."""
+        return cls(prompt_ids=segment["prompt_ids"], response_ids=segment["response_ids"],
+                   response_mask=segment["response_mask"], response_logprobs=segment["response_logprobs"],
+                   num_turns=int(segment.get("num_turns", 0)))
+
+
+class TrialRecord(BaseModel):
+    """One trial, as the trainer sees it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uid: str = Field(description="prompt group id: trials of one index row in one step share it (GRPO groups)")
+    task_id: str
+    session: str = Field(description="proxy session id = trial directory name")
+    outcome: Outcome
+    reward: float = Field(description="the tests' reward (0.0 when there is none)")
+    masked: bool = Field(description="excluded from training (infrastructure failure or no tokens)")
+    segments: list[TokenSegment] = Field(default_factory=list)
+    num_turns: int = 0
+    num_breaks: int = Field(default=0, description="prefix breaks in the proxy's record (segments - 1)")
+    parse_failures: int = 0
+    timings: dict[str, float] = Field(default_factory=dict,
+                                      description="seconds: sandbox, agent, verifier, model, total")
+    attempts: int = Field(default=1, description="1 + infrastructure retries")
+    trial_dir: Path | None = None
+    detail: str | None = Field(default=None, description="exception type and message, when there was one")
+
+    @property
+    def trainable(self) -> bool:
+        return not self.masked and any(any(s.response_mask) for s in self.segments)
+
+
+class StepSummary(BaseModel):
+    """`step_<N>/summary.json`: what status and the dashboard read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    trials: int
+    outcomes: dict[str, int] = Field(description="outcome -> count (every Outcome value present, 0 if none)")
+    reward_mean: float
+    pass_rate: float = Field(description="share of graded (unmasked) trials with reward >= 1")
+    masked: int
+    truncated: int
+    dropped_groups: int = Field(description="prompt groups whose trials were all masked")
+    parse_failures: int
+    num_breaks: int
+    timing_s: dict[str, float] = Field(description="seconds summed over trials: sandbox, agent, verifier, "
+                                                   "model; plus wall (the step's elapsed time)")
+    timing_share: dict[str, float] = Field(description="sandbox/agent/verifier/model as shares of their sum")
+
+
+class StepResult(BaseModel):
+    """All trials of one step plus their summary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    records: list[TrialRecord]
+    summary: StepSummary
+    step_dir: Path | None = None
+
+    def groups(self) -> dict[str, list[TrialRecord]]:
+        """Trainable trials by uid; groups with no trainable trial are left out (dropped)."""
+        out: dict[str, list[TrialRecord]] = {}
+        for record in self.records:
+            if record.trainable:
+                out.setdefault(record.uid, []).append(record)
+        return out
