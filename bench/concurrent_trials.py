@@ -78,7 +78,7 @@ def main() -> int:
 
     wrong = [(s.task_dir.name, s.agent, o.reward, o.reason, o.exception_type)
              for s, o in zip(specs, outcomes, strict=True)
-             if o.reason != "ok" or o.reward != (1.0 if s.agent == "oracle" else 0.0)]
+             if o.reason not in ("passed", "failed_tests") or o.reward != (1.0 if s.agent == "oracle" else 0.0)]
     leftover = api_client().containers(all=True, filters={"label": f"{EXPERIMENT}={label_value(experiment)}"})
     reasons = collections.Counter(o.reason for o in outcomes)
     totals = [o.timings.get("total", 0.0) for o in outcomes]

@@ -40,7 +40,7 @@ async def trial_once(root: Path, agent: str, network: str) -> tuple[float, dict[
     outcome = await run_trial(TrialSpec(task_dir=TRIVIAL, agent=agent, trials_dir=root,
                                         environment_kwargs={"network": network}))
     wall = time.perf_counter() - started
-    if outcome.reason != "ok" or outcome.reward != 1.0:
+    if outcome.reason != "passed" or outcome.reward != 1.0:
         raise SystemExit(f"trivial trial failed: {outcome}")
     return wall, outcome.timings, outcome.reason
 

@@ -17,14 +17,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlkit.errors import UserError
+from rlkit.rollout.records import Outcome
 
-Reason = Literal["ok", "agent_timeout", "agent_error", "no_reward_file", "verifier_timeout", "verifier_error",
-                 "sandbox_error", "error"]
+# What a trial alone can tell (the engine adds the proxy's: parse_error and the truncations).
+Reason = Outcome
 AGENT_ALIASES: dict[str, str] = {"oracle": "oracle", "nop": "nop", "noop": "nop"}
 VERIFIER_IMPORT_PATH = "rlkit.rollout._verifier:GuardedVerifier"
 _log = logging.getLogger(__name__)
@@ -32,13 +33,15 @@ TIMING_BLOCKS = ("environment_setup", "agent_setup", "agent_execution", "verifie
 
 # harbor exception type name -> reason
 _VERIFIER_REASONS: dict[str, Reason] = {
-    "RewardFileNotFoundError": "no_reward_file",
-    "RewardFileEmptyError": "no_reward_file",
-    "VerifierTimeoutError": "verifier_timeout",
-    "CancelledError": "verifier_timeout",  # harbor's wait_for cancelled verify(): its timeout fired
-    "SandboxExecTimeout": "verifier_timeout",
-    "TimeoutError": "verifier_timeout",
+    "RewardFileNotFoundError": Outcome.NO_REWARD_FILE,
+    "RewardFileEmptyError": Outcome.NO_REWARD_FILE,
+    "VerifierTimeoutError": Outcome.VERIFIER_TIMEOUT,
+    "CancelledError": Outcome.VERIFIER_TIMEOUT,  # harbor's wait_for cancelled verify(): its timeout fired
+    "SandboxExecTimeout": Outcome.VERIFIER_TIMEOUT,
+    "TimeoutError": Outcome.VERIFIER_TIMEOUT,
 }
+# Verifier failures that say the agent tried to steer its grade (the verifier's tamper check).
+_TAMPER_ERRORS = {"TamperSuspect", "TamperSuspectError", "TamperError"}
 _SANDBOX_ERRORS = {"SandboxError", "SandboxExecTimeout", "ImageError", "EnvironmentStartTimeoutError",
                    "SandboxBuildFailedError", "HealthcheckError", "AddTestsDirError", "DownloadVerifierDirError"}
 
@@ -200,19 +203,21 @@ def outcome_from_result(task_id: str, session: str, trial_dir: Path, result: Any
     exc_type = exception.exception_type if exception else None
     if rewards:
         reward = float(rewards["reward"]) if "reward" in rewards else sum(rewards.values()) / len(rewards)
-        reason: Reason = "ok" if exc_type is None else (
-            "agent_timeout" if exc_type == "AgentTimeoutError" else "agent_error")
+        reason: Reason = (Outcome.PASSED if reward > 0 else Outcome.FAILED_TESTS) if exc_type is None else (
+            Outcome.AGENT_TIMEOUT if exc_type == "AgentTimeoutError" else Outcome.AGENT_ERROR)
+        if verifier_failure in _TAMPER_ERRORS:
+            reason = Outcome.TAMPER_SUSPECT
     else:
         reward = 0.0
         failure = verifier_failure or exc_type
-        reason = _reason_for(failure) if failure else "verifier_error"
+        reason = _reason_for(failure) if failure else Outcome.VERIFIER_ERROR
         if verifier_failure is None and exc_type == "AgentTimeoutError":
-            reason = "agent_timeout"
+            reason = Outcome.AGENT_TIMEOUT
     timings = {name: _seconds(getattr(result, name)) for name in TIMING_BLOCKS if getattr(result, name)}
     timings["total"] = total
     shown = exc_type
     if not rewards and verifier_failure and (exc_type is None or _reason_for(exc_type) != reason):
-        shown = "VerifierTimeoutError" if reason == "verifier_timeout" else verifier_failure
+        shown = "VerifierTimeoutError" if reason is Outcome.VERIFIER_TIMEOUT else verifier_failure
     return TrialOutcome(
         task_id=task_id, session=session, reward=reward, rewards={k: float(v) for k, v in rewards.items()},
         reason=reason, trial_dir=trial_dir, exception_type=shown,
@@ -222,13 +227,15 @@ def outcome_from_result(task_id: str, session: str, trial_dir: Path, result: Any
 def _reason_for(exc_type: str) -> Reason:
     if exc_type in _VERIFIER_REASONS:
         return _VERIFIER_REASONS[exc_type]
+    if exc_type in _TAMPER_ERRORS:
+        return Outcome.TAMPER_SUSPECT
     if exc_type in _SANDBOX_ERRORS:
-        return "sandbox_error"
+        return Outcome.SANDBOX_ERROR
     if exc_type in ("VerifierOutputParseError", "RuntimeError"):
-        return "verifier_error"
+        return Outcome.VERIFIER_ERROR
     if exc_type == "AgentTimeoutError":
-        return "agent_timeout"
-    return "error"
+        return Outcome.AGENT_TIMEOUT
+    return Outcome.ERROR
 
 
 def _seconds(timing: Any) -> float:
@@ -253,7 +260,7 @@ async def run_trials(specs: Sequence[TrialSpec], max_concurrency: int = 8) -> li
                 return await run_trial(spec)
             except Exception as exc:  # noqa: BLE001 — isolation is the point
                 return TrialOutcome(task_id=spec.task_dir.name, session=spec.session or "", reward=0.0,
-                                    reason="error", exception_type=type(exc).__name__,
+                                    reason=Outcome.ERROR, exception_type=type(exc).__name__,
                                     exception_message=str(exc)[:2000])
 
     return list(await asyncio.gather(*(one(spec) for spec in specs)))

@@ -29,7 +29,8 @@ def _sweep(root: Path, tasks: list[str], step: int) -> dict[tuple[str, str], Tri
 def _assert_oracle_1_nop_0(outcomes: dict[tuple[str, str], TrialOutcome]) -> None:
     for (task, agent), outcome in outcomes.items():
         expected = 1.0 if agent == "oracle" else 0.0
-        assert (outcome.reward, outcome.reason) == (expected, "ok"), (task, agent, outcome)
+        reason = "passed" if agent == "oracle" else "failed_tests"
+        assert (outcome.reward, outcome.reason) == (expected, reason), (task, agent, outcome)
         assert containers_of(outcome.session) == [], f"sandbox of {task}/{agent} was not removed"
 
 
@@ -110,7 +111,7 @@ def test_reward_json_is_read_before_txt(error_outcomes):
 
 def test_forged_reward_is_ignored(error_outcomes):
     outcome = error_outcomes["forged"]
-    assert (outcome.reward, outcome.reason) == (0.0, "ok")
+    assert (outcome.reward, outcome.reason) == (0.0, "failed_tests")
     verifier_dir = outcome.trial_dir / "verifier"
     assert (verifier_dir / "reward.txt").read_text().strip() == "0"
     assert not (verifier_dir / "reward.json").exists()
@@ -124,7 +125,7 @@ def test_tests_and_solution_are_hidden_during_the_agent_turn(error_outcomes):
     assert "test_graded.py" not in peek and "test.sh" not in peek and "solve.sh" not in peek
     assert "No such file or directory" in peek
     # ...and the verifier still copied them in afterwards and graded the untouched project
-    assert (outcome.reward, outcome.reason) == (0.0, "ok")
+    assert (outcome.reward, outcome.reason) == (0.0, "failed_tests")
     assert "failed" in (outcome.trial_dir / "verifier" / "test-stdout.txt").read_text()
 
 
@@ -136,7 +137,7 @@ def test_agent_crash_is_graded_and_cleaned_up(error_outcomes):
 def test_one_failing_trial_never_sinks_the_others(error_outcomes):
     bad = error_outcomes["bad_task"]
     assert (bad.reason, bad.exception_type) == ("error", "UserError")
-    assert (error_outcomes["good_neighbour"].reward, error_outcomes["good_neighbour"].reason) == (1.0, "ok")
+    assert (error_outcomes["good_neighbour"].reward, error_outcomes["good_neighbour"].reason) == (1.0, "passed")
 
 
 def test_every_sandbox_is_removed(error_outcomes):
@@ -149,7 +150,7 @@ def test_cli_trial(task_images, tmp_path: Path, capsys):
                        "--network", "none"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "reward=0" in out and "reason=ok" in out
+    assert "reward=0" in out and "reason=failed_tests" in out
     assert len(list(tmp_path.glob("word-frequency__*/result.json"))) == 1
 
 

@@ -88,10 +88,11 @@ def _result(rewards: dict | None, exc_type: str | None = None) -> SimpleNamespac
 
 
 @pytest.mark.parametrize("rewards, exc_type, verifier_failure, reward, reason, shown", [
-    ({"reward": 1}, None, None, 1.0, "ok", None),
+    ({"reward": 1}, None, None, 1.0, "passed", None),
     ({"reward": 0.0}, "AgentTimeoutError", None, 0.0, "agent_timeout", "AgentTimeoutError"),
     ({"reward": 1}, "NonZeroAgentExitCodeError", None, 1.0, "agent_error", "NonZeroAgentExitCodeError"),
-    ({"a": 1, "b": 0}, None, None, 0.5, "ok", None),
+    ({"a": 1, "b": 0}, None, None, 0.5, "passed", None),
+    ({"reward": 0}, None, None, 0.0, "failed_tests", None),
     (None, "RewardFileNotFoundError", "RewardFileNotFoundError", 0.0, "no_reward_file", "RewardFileNotFoundError"),
     (None, "VerifierTimeoutError", "CancelledError", 0.0, "verifier_timeout", "VerifierTimeoutError"),
     # harbor keeps only the first exception: the verifier's own failure must still decide the reason
@@ -102,6 +103,8 @@ def _result(rewards: dict | None, exc_type: str | None = None) -> SimpleNamespac
     (None, "VerifierOutputParseError", "VerifierOutputParseError", 0.0, "verifier_error",
      "VerifierOutputParseError"),
     (None, "KeyError", None, 0.0, "error", "KeyError"),
+    # the verifier's tamper check wins over the grade it would have given
+    ({"reward": 1}, None, "TamperSuspectError", 1.0, "tamper_suspect", None),
 ])
 def test_reward_and_reason(tmp_path, rewards, exc_type, verifier_failure, reward, reason, shown):
     outcome = outcome_from_result("t", "s", tmp_path, _result(rewards, exc_type), verifier_failure, total=9.0)
