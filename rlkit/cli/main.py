@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("rlkit.cli.index", "task indexes: `rlkit index build TASKS_DIR -o FILE.parquet`"),
     "images": ("rlkit.cli.images", "sandbox images: `rlkit images base|build`"),
     "trial": ("rlkit.cli.trial", "run one trial of a task with an agent"),
+    "rollout": ("rlkit.cli.rollout", "k attempts per task: pass rates and a difficulty-filtered index"),
+    "eval": ("rlkit.cli.eval", "pass@1 / pass@k of a model on a task index"),
     "cleanup": ("rlkit.cli.cleanup", "remove labelled sandboxes (and, later, stale Ray/vLLM processes)"),
     "proxy": ("rlkit.cli.proxy", "serve the token-recording proxy in front of vLLM"),
     "model": ("rlkit.cli.model", "embedded default model: `rlkit model tiny OUT_DIR`"),
