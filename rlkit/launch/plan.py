@@ -13,6 +13,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlkit.config.paths import RunPaths
 from rlkit.config.resolve import ResolvedConfig
 from rlkit.config.schema import VerlTrainerMode
 from rlkit.launch.verl_overrides import TRAINER_MODULE, verl_overrides
@@ -101,7 +102,7 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     overrides = verl_overrides(c, **paths)
     env = {"RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}
     if "file" in c.LOGGER:
-        env["VERL_FILE_LOGGER_PATH"] = str(root / "logs" / f"{c.EXP_NAME}.jsonl")
+        env["VERL_FILE_LOGGER_PATH"] = str(RunPaths(root, c.PROJECT_NAME, c.EXP_NAME).jsonl)
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:
         env["WANDB_API_KEY"] = "****"  # the real key is passed through the environment, never printed
     trainer = Command("verl trainer", ["python", "-m", TRAINER_MODULE, *overrides], env)

@@ -105,6 +105,8 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("backend", Phase.WORLD, "sandbox backend reachable", "rlkit.validate.system:backend"),
     ("ports", Phase.WORLD, "ports free (proxy, dashboard, Ray)", "rlkit.validate.system:ports"),
     ("disk", Phase.WORLD, "disk room for checkpoints", "rlkit.validate.system:disk"),
+    ("local_trainer", Phase.WORLD, "TRAINER=local: CPU-sized policy, vLLM venv",
+     "rlkit.validate.local_trainer:local_trainer"),
 )
 ORDER: tuple[str, ...] = tuple(row[0] for row in _TABLE)
 for _name, _phase, _title, _target in _TABLE:

@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rlkit.config.paths import RunPaths
 from rlkit.config.schema import Backend, ResumeMode
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
@@ -26,10 +27,9 @@ def artifacts(ctx: Context) -> list[Finding]:
     if not c.PROJECT_NAME or not c.EXP_NAME:
         return [skip("artifacts", "PROJECT_NAME / EXP_NAME unset")]
     root = output_root(ctx)
-    ckpt = root / "checkpoints" / c.PROJECT_NAME / c.EXP_NAME
-    log = root / "logs" / f"{c.EXP_NAME}.log"
-    trials = root / "harbor_trials" / c.PROJECT_NAME / c.EXP_NAME
-    found = [p for p in (log, ckpt, trials) if p.exists()]
+    run = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)  # the same names the trainers write
+    ckpt = run.checkpoints
+    found = [p for p in (run.console_log, run.jsonl, ckpt, run.trials) if p.exists()]
     if not found:
         return [ok("artifacts", f"fresh run: nothing yet under {root} for {c.PROJECT_NAME}/{c.EXP_NAME}")]
     latest = ckpt / "latest_checkpointed_iteration.txt"

@@ -1,0 +1,59 @@
+"""Where a run's artifacts live under OUTPUT_DIR: one definition for trainers, checks and readers.
+
+    logs/<exp>.log                          verl console lines (`step:N - key:value - ...`)
+    logs/<exp>.jsonl                        verl file logger ({"step": N, "data": {...}} per line)
+    logs/<exp>_vllm.log                     vLLM's throughput lines
+    logs/<exp>.lock                         JSON: the run in flight (pid, host, user, started, heartbeat)
+    logs/tensorboard/<project>/<exp>/       tensorboard event files (LOGGER=tensorboard)
+    logs/wandb/                             wandb's offline run directory (LOGGER=wandb without network/key)
+    checkpoints/<project>/<exp>/global_step_<N>/
+    harbor_trials/<project>/<exp>/step_<N>/
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+    project: str
+    exp: str
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def console_log(self) -> Path:
+        return self.logs / f"{self.exp}.log"
+
+    @property
+    def jsonl(self) -> Path:
+        return self.logs / f"{self.exp}.jsonl"
+
+    @property
+    def vllm_log(self) -> Path:
+        return self.logs / f"{self.exp}_vllm.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.logs / f"{self.exp}.lock"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.logs / "tensorboard" / self.project / self.exp
+
+    @property
+    def wandb(self) -> Path:
+        return self.logs / "wandb"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints" / self.project / self.exp
+
+    @property
+    def trials(self) -> Path:
+        return self.root / "harbor_trials" / self.project / self.exp
