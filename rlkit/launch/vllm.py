@@ -70,6 +70,26 @@ def vllm_python(explicit: str | None = None) -> Path:
     return path
 
 
+def log_tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log, for error messages (empty when the log is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16_384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def startup_error(what: str, log: Path) -> LaunchError:
+    """A LaunchError that names the log and quotes its last lines."""
+    tail = log_tail(log)
+    quoted = "\n".join("  | " + line for line in tail.splitlines())
+    return LaunchError(f"{what}; see {log}" + (f"; its last lines:\n{quoted}" if quoted else " (empty)"),
+                       log=str(log), log_tail=tail)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -164,14 +184,14 @@ class VllmServer:
             if self.process is not None and self.process.poll() is not None:
                 if self._pump is not None:  # let the log catch the server's last words
                     self._pump.join(timeout=5)
-                raise LaunchError(f"vLLM exited with code {self.process.returncode} during start-up; "
-                                  f"see {self.server_log}", log=str(self.server_log))
+                raise startup_error(f"vLLM exited with code {self.process.returncode} during start-up",
+                                    self.server_log)
             if self.healthy():
                 return
             time.sleep(0.5)
         self.stop()
-        raise LaunchError(f"vLLM not healthy after {timeout_s or self.config.startup_timeout_s:.0f}s; "
-                          f"see {self.server_log}", log=str(self.server_log))
+        raise startup_error(f"vLLM not healthy after {timeout_s or self.config.startup_timeout_s:.0f}s",
+                            self.server_log)
 
     def stop(self, grace_s: float = 15.0) -> None:
         proc = self.process

