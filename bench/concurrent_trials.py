@@ -57,7 +57,7 @@ def main() -> int:
     logging.disable(logging.WARNING)
 
     from rlkit.rollout.trial import TrialSpec, run_trials
-    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.docker_api import api_client
     from rlkit.sandbox.dockerd import ensure_dockerd
     from rlkit.sandbox.images import build_task_images, discover_tasks
     from rlkit.sandbox.labels import EXPERIMENT, label_value

@@ -16,6 +16,7 @@ done
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check rlkit tests bench
+.venv/bin/lint-imports  # floors: imports run downward (pyproject.toml [tool.importlinter])
 set +e
 .venv/bin/python -m pytest "${markers[@]}" "$@"
 rc=$?

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from rlkit.config.schema import DEFAULT_PROXY_PORT
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkit cleanup", description=__doc__.splitlines()[0])
@@ -17,7 +19,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--all", action="store_true",
                         help="every project, plus stale Ray and processes holding the proxy port")
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    parser.add_argument("--port", type=int, default=8002, help="proxy port to free with --all (default 8002)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PROXY_PORT,
+                        help=f"proxy port to free with --all (default {DEFAULT_PROXY_PORT})")
     parser.add_argument("--no-k8s", action="store_true", help="skip kubernetes even when a cluster is configured")
     parser.add_argument("--namespace", help="kubernetes namespace of the pods (default $RLKIT_K8S_NAMESPACE or rlkit)")
     args = parser.parse_args(argv)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rlkit.config.schema import DEFAULT_PROXY_PORT
 from rlkit.errors import UserError
 
 
@@ -15,7 +16,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--model-path", required=True, help="model dir (tokenizer + chat template)")
     s.add_argument("--upstream", action="append", required=True,
                    help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeat for replicas)")
-    s.add_argument("--port", type=int, default=8002)
+    s.add_argument("--port", type=int, default=DEFAULT_PROXY_PORT)
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--tool-call-parser", default="qwen3_coder", help="TOOL_CALL_PARSER (verl parser name)")
     s.add_argument("--served-model-name", default=None, help="vLLM's --served-model-name (default: model path)")
@@ -36,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 def _check_parser(model_path: str, parser_name: str) -> int:
     import asyncio
 
-    from rlkit.validate._parser_probe import describe, probe
+    from rlkit.proxy.parsers import describe, probe
 
     verdict = asyncio.run(probe(model_path, parser_name))
     print(f"{'✓' if verdict['ok'] else '✗'} {describe(verdict)}")

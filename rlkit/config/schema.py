@@ -2,7 +2,7 @@
 
 Each key is a field of `RunConfig` with its type, default, the layers it belongs to
 and one line of documentation. `docs/configuration.md` is generated from this module
-(`python -m rlkit.config.docs`), and the layered resolver, the checks and the launch
+(`python -m rlkit.cli.docs`), and the layered resolver, the checks and the launch
 plan all read it. Keys are the upper-case names users write in `.env` files.
 
 Layers, lowest to highest precedence:

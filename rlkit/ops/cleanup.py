@@ -3,7 +3,7 @@
 Sandboxes are found by their labels (rlkit.managed=1, optionally one project /
 experiment) on docker and, when a cluster is configured, on kubernetes. With
 `processes=True` it also stops Ray (`ray stop --force`) and kills our processes still
-listening on the proxy port (orphaned litellm/vLLM/proxy workers keep holding 8002).
+listening on the proxy port (orphaned litellm/vLLM/proxy workers keep holding PROXY_PORT).
 Safe to re-run, and safe when nothing is up: a second run finds nothing.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlkit.config.schema import DEFAULT_PROXY_PORT
 from rlkit.sandbox import labels as L
 
-PROXY_PORT = 8002
 # Command-line fragments of processes rlkit itself starts; only these are killed on the port.
 OUR_PROCESS_MARKERS = ("rlkit", "vllm", "litellm", "uvicorn", "ray::")
 
@@ -50,7 +50,7 @@ def _describe(labels: dict[str, str]) -> str:
 # ---- docker -------------------------------------------------------------------------------------
 def docker_sandboxes(project: str | None = None, experiment: str | None = None) -> list[dict]:
     """Labelled containers (running or not) as Engine API summaries."""
-    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.docker_api import api_client
 
     wanted = [f"{k}={v}" for k, v in L.selector(project, experiment).items()]
     return api_client().containers(all=True, filters={"label": wanted})
@@ -59,7 +59,7 @@ def docker_sandboxes(project: str | None = None, experiment: str | None = None) 
 def clean_docker(report: CleanupReport, project: str | None, experiment: str | None) -> None:
     import docker.errors
 
-    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.docker_api import api_client
 
     api = api_client()
     for summary in docker_sandboxes(project, experiment):
@@ -142,7 +142,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def clean_port(report: CleanupReport, port: int = PROXY_PORT) -> None:
+def clean_port(report: CleanupReport, port: int = DEFAULT_PROXY_PORT) -> None:
     import signal
 
     for pid in pids_listening_on(port):
@@ -180,7 +180,7 @@ def _ray_running() -> bool:
 # ---- entry point ---------------------------------------------------------------------------------
 def cleanup(project: str | None = None, experiment: str | None = None, *, dry_run: bool = False,
             docker: bool = True, k8s: bool | None = None, processes: bool = False,
-            port: int = PROXY_PORT, namespace: str | None = None,
+            port: int = DEFAULT_PROXY_PORT, namespace: str | None = None,
             log: Callable[[str], None] | None = None) -> CleanupReport:
     """Remove labelled sandboxes (and with `processes`, stale Ray / proxy-port processes)."""
     from rlkit.sandbox.dockerd import dockerd_answers

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlkit.config.schema import DEFAULT_PROXY_PORT
 from rlkit.errors import ContextExceededError, SessionBudgetError, UpstreamError
 from rlkit.proxy.render import ChatRenderer, normalize_message
 from rlkit.proxy.session import Chain, Session, SessionStore
@@ -38,7 +39,7 @@ class ProxyConfig(BaseModel):
     served_model_name: str | None = None  # vLLM's --served-model-name; default: model_path
     tool_call_parser: str = "qwen3_coder"
     host: str = "127.0.0.1"
-    port: int = 8002
+    port: int = DEFAULT_PROXY_PORT
     max_model_len: int = 32768  # MAX_PROMPT + MAX_RESP, or the model's window
     max_response_tokens: int | None = None  # cap per call; default: what is left of the window
     # Per-session budgets (None: none); a session can override them. Agents do not stop on
@@ -75,9 +76,9 @@ class ProxyCore:
         self.config = config
         self.renderer = renderer or ChatRenderer.from_path(config.model_path)
         if parser is None:
-            from rlkit.proxy.toolcalls import ToolCallParser
+            from rlkit.proxy.toolcalls import VerlToolParser
 
-            parser = ToolCallParser(config.tool_call_parser, self.renderer.tokenizer)
+            parser = VerlToolParser(config.tool_call_parser, self.renderer.tokenizer)
         self.parser = parser
         self.router = ReplicaRouter.from_urls(config.upstreams)
         self.client = client or UpstreamClient(config.served_model_name or config.model_path,
@@ -91,10 +92,10 @@ class ProxyCore:
     async def check_parser(self) -> dict[str, Any]:
         """Does TOOL_CALL_PARSER read the tool calls the chat template renders? (cached)"""
         if self.parser_check is None:
-            from rlkit.proxy.toolcalls import ToolCallParser
-            from rlkit.validate._parser_probe import describe, probe_tokenizer
+            from rlkit.proxy.parsers import describe, probe_tokenizer
+            from rlkit.proxy.toolcalls import VerlToolParser
 
-            if isinstance(self.parser, ToolCallParser):
+            if isinstance(self.parser, VerlToolParser):
                 verdict = await probe_tokenizer(self.renderer.tokenizer, self.parser.name)
                 self.parser_check = {"ok": verdict["ok"], "detail": describe(verdict),
                                      "rendered_call": verdict["completion"], "parses": verdict["parses"]}

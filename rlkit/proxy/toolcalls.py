@@ -110,7 +110,7 @@ class _DumpedOnce:
         return getattr(self._model, name)
 
 
-class ToolCallParser:
+class VerlToolParser:
     """Wraps `verl...ToolParser.get_tool_parser(name, tokenizer)` (imported lazily: it pulls in ray/torch)."""
 
     def __init__(self, name: str, tokenizer: Any) -> None:

@@ -30,7 +30,6 @@ from pydantic import Field
 
 from rlkit.errors import SandboxError
 from rlkit.sandbox import _tar
-from rlkit.sandbox._docker_client import api_client, run_blocking
 from rlkit.sandbox._docker_util import (
     GO_MODE_DIR,
     GO_MODE_SYMLINK,
@@ -51,7 +50,9 @@ from rlkit.sandbox._exec_session import (
     kill_tree_script,
 )
 from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
+from rlkit.sandbox.docker_api import api_client
 from rlkit.sandbox.mounts import drop_symlinks
+from rlkit.sandbox.pool import run_blocking
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 DockerNetwork = Literal["none", "bridge", "host"]

@@ -133,7 +133,7 @@ def build_task_images(specs: Iterable[TaskImageSpec], *, registry: str | None = 
 
     `layer(base_ref, spec)` is the hook for a scaffold layer baked on top of the task
     image (`rlkit images build --scaffold NAME`); it returns that layer's outcome."""
-    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.docker_api import api_client
 
     api = api_client()
     specs = list(specs)

@@ -27,8 +27,8 @@ from pydantic import Field
 from rlkit.errors import SandboxError, UserError
 from rlkit.sandbox import _tar, is_loopback
 from rlkit.sandbox import k8s_spec as spec
-from rlkit.sandbox._docker_client import run_blocking
 from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
+from rlkit.sandbox.pool import run_blocking
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 # Waiting reasons that never resolve by themselves: fail the start at once.

@@ -8,7 +8,7 @@ the harbor `AgentConfig` the trial runner hands to harbor's `Trial`. Adapters ar
 from __future__ import annotations
 
 from rlkit.registry import Registry
-from rlkit.scaffolds.base import DEFAULT_PROXY_URL, ApiFormat, Scaffold, ScaffoldRun
+from rlkit.scaffolds.base import DEFAULT_PROXY_URL, Scaffold, ScaffoldRun
 
 SCAFFOLDS: Registry[type[Scaffold]] = Registry("scaffold")
 SCAFFOLDS.register("cc", "rlkit.scaffolds.cc:ClaudeCodeScaffold")
@@ -22,4 +22,4 @@ def get_scaffold(name: str) -> Scaffold:
     return SCAFFOLDS.get(name)()
 
 
-__all__ = ["DEFAULT_PROXY_URL", "SCAFFOLDS", "ApiFormat", "Scaffold", "ScaffoldRun", "get_scaffold"]
+__all__ = ["DEFAULT_PROXY_URL", "SCAFFOLDS", "Scaffold", "ScaffoldRun", "get_scaffold"]

@@ -14,19 +14,15 @@ sandbox. With the docker backend on one machine the sandbox runs with network mo
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_PROXY_URL = "http://127.0.0.1:8002"
+from rlkit.config.schema import DEFAULT_PROXY_PORT, AgentApi
+
+DEFAULT_PROXY_URL = f"http://127.0.0.1:{DEFAULT_PROXY_PORT}"
 # The proxy ignores the key's value; agents refuse to start without one.
 PROXY_API_KEY = "rlkit-proxy"
-
-
-class ApiFormat(StrEnum):
-    OPENAI_CHAT = "openai_chat_completions"
-    ANTHROPIC_MESSAGES = "anthropic_messages"
 
 
 class ScaffoldRun(BaseModel):
@@ -74,7 +70,7 @@ class Scaffold:
     description: ClassVar[str]
     # "module:Class" of the harbor agent subclass that runs this scaffold.
     agent_import_path: ClassVar[str]
-    api_format: ClassVar[ApiFormat]
+    api_format: ClassVar[AgentApi]  # the AGENT_API value its scaffold axis module sets
     runs_in_container: ClassVar[bool] = True
     # In-container agents must reach the proxy; on one machine that means network mode host.
     network_mode: ClassVar[str] = "host"
@@ -94,7 +90,7 @@ class Scaffold:
         return run.model
 
     def base_url(self, run: ScaffoldRun) -> str | None:
-        return run.openai_base_url() if self.api_format is ApiFormat.OPENAI_CHAT else run.session_url()
+        return run.openai_base_url() if self.api_format is AgentApi.OPENAI else run.session_url()
 
     def agent_config(self, run: ScaffoldRun) -> Any:
         """harbor `AgentConfig` for one trial (harbor imported lazily)."""

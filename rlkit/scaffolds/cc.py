@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, ApiFormat, Scaffold, ScaffoldRun
+from rlkit.config.schema import AgentApi
+from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, Scaffold, ScaffoldRun
 
 CLAUDE_CODE_VERSION = "2.1.332"
 
@@ -18,7 +19,7 @@ class ClaudeCodeScaffold(Scaffold):
     name = "cc"
     description = "Claude Code CLI in the sandbox (Anthropic Messages through the proxy)"
     agent_import_path = "rlkit.scaffolds._agents:ClaudeCodeAgent"
-    api_format = ApiFormat.ANTHROPIC_MESSAGES
+    api_format = AgentApi.ANTHROPIC
     supports_max_turns = True
     # The npm package ships a native binary per platform (no node needed in the image).
     image_recipe = AgentImageRecipe(

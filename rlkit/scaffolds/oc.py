@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, ApiFormat, Scaffold, ScaffoldRun
+from rlkit.config.schema import AgentApi
+from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, Scaffold, ScaffoldRun
 
 OPENCODE_VERSION = "1.18.33"
 PROVIDER = "rlkit"
@@ -18,7 +19,7 @@ class OpenCodeScaffold(Scaffold):
     name = "oc"
     description = "OpenCode CLI in the sandbox (OpenAI chat completions through the proxy)"
     agent_import_path = "rlkit.scaffolds._agents:OpenCodeAgent"
-    api_format = ApiFormat.OPENAI_CHAT
+    api_format = AgentApi.OPENAI
     image_recipe = AgentImageRecipe(
         npm_package="opencode-ai", npm_version=OPENCODE_VERSION,
         npm_binary="node_modules/opencode-linux-x64/bin/opencode",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, ApiFormat, Scaffold, ScaffoldRun
+from rlkit.config.schema import AgentApi
+from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, Scaffold, ScaffoldRun
 
 OPENHANDS_SDK_VERSION = "1.58.2"
 OHSDK_VENV = "/opt/openhands-sdk-venv"
@@ -20,7 +21,7 @@ class OpenHandsSDKScaffold(Scaffold):
     name = "ohsdk"
     description = "OpenHands SDK agent in the sandbox (OpenAI chat completions through the proxy)"
     agent_import_path = "rlkit.scaffolds._agents:OpenHandsSDKAgent"
-    api_format = ApiFormat.OPENAI_CHAT
+    api_format = AgentApi.OPENAI
     supports_max_turns = True
     image_recipe = AgentImageRecipe(
         pip_requirements=(f"openhands-sdk=={OPENHANDS_SDK_VERSION}", f"openhands-tools=={OPENHANDS_SDK_VERSION}",

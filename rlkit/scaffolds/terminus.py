@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkit.scaffolds.base import ApiFormat, Scaffold, ScaffoldRun
+from rlkit.config.schema import AgentApi
+from rlkit.scaffolds.base import Scaffold, ScaffoldRun
 
 
 class TerminusScaffold(Scaffold):
     name = "terminus"
     description = "Terminus-2 on the host driving tmux in the sandbox (OpenAI chat completions)"
     agent_import_path = "rlkit.scaffolds._agents:TerminusAgent"
-    api_format = ApiFormat.OPENAI_CHAT
+    api_format = AgentApi.OPENAI
     runs_in_container = False
     # The agent is on the host: the sandbox keeps the task's own network policy.
     network_mode = "task"

@@ -1,6 +1,6 @@
 """TOOL_CALL_PARSER against the model's chat template.
 
-The probe itself (`rlkit.validate._parser_probe`) needs transformers and verl, so it
+The probe itself (`rlkit.proxy.parsers`) needs transformers and verl, so it
 runs in a subprocess. Its verdict is cached on disk, keyed by everything it depends
 on: the chat template and tokenizer config, the parser name, the verl and
 transformers versions and the probe's own version. A warm preflight reads the cache
@@ -44,7 +44,7 @@ def cache_key(model_dir: Path, chat_template: str, parser: str) -> str:
 
 def run_probe_subprocess(argv: list[str]) -> str:
     """Runs the probe for `MODEL PARSER [MODEL PARSER ...]`; returns its stdout (one JSON line per pair)."""
-    proc = subprocess.run([sys.executable, "-m", "rlkit.validate._parser_probe", *argv], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "rlkit.proxy.parsers", *argv], capture_output=True,
                           text=True, timeout=PROBE_TIMEOUT_S, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -104,7 +104,7 @@ def tool_call_parser(ctx: Context) -> list[Finding]:
         verdict, cached = probe_verdict(ctx, info.path, info.chat_template, parser)
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
         return [fatal("tool_call_parser", f"could not probe the chat template: {exc}",
-                      "run `python -m rlkit.validate._parser_probe MODEL_PATH PARSER` to see the error",
+                      "run `python -m rlkit.proxy.parsers MODEL_PATH PARSER` to see the error",
                       key="TOOL_CALL_PARSER", where=where)]
     source = "cached" if cached else "probed"
     if verdict.get("ok"):

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from rlkit.config import docs
+from rlkit.cli import docs
 from rlkit.config.schema import FIELDS, KEYS, key_layers
 
 
 def test_configuration_doc_is_fresh() -> None:
-    assert docs.DOC_PATH.read_text() == docs.render(), "stale: run `python -m rlkit.config.docs`"
+    assert docs.DOC_PATH.read_text() == docs.render(), "stale: run `python -m rlkit.cli.docs`"
 
 
 def test_doc_lists_every_key_with_its_layers() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from rlkit.proxy.render import ChatRenderer, tools_key
-from rlkit.proxy.toolcalls import ProxyEventLoop, ToolCallParser, _TokenizerView
+from rlkit.proxy.toolcalls import ProxyEventLoop, VerlToolParser, _TokenizerView
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
                                            "parameters": {"type": "object",
@@ -47,7 +47,7 @@ def test_parse_reuses_the_proxys_decode_and_matches_the_threaded_path(tiny_model
     real_decodes: list[int] = []
 
     async def parse():
-        parser = ToolCallParser("qwen3_coder", renderer.tokenizer)
+        parser = VerlToolParser("qwen3_coder", renderer.tokenizer)
         real = renderer.tokenizer.decode
         renderer.tokenizer.decode = lambda *a, **k: real_decodes.append(1) or real(*a, **k)
         try:
@@ -77,7 +77,7 @@ def test_tool_schemas_are_dumped_once_not_per_parse(tiny_model_dir: Path) -> Non
     ids = renderer.tokenizer.encode(CALL_TEXT.replace("pytest -x", "3"), add_special_tokens=False)
     typed = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {
         "type": "object", "properties": {"command": {"type": "integer"}}}}}]
-    parser = ToolCallParser("qwen3_coder", renderer.tokenizer)
+    parser = VerlToolParser("qwen3_coder", renderer.tokenizer)
     dumps: list[int] = []
     real_dump = BaseModel.model_dump
 

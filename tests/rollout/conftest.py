@@ -24,7 +24,7 @@ def task_images(base_image: str) -> list[str]:
 
 def containers_of(session: str) -> list[dict]:
     """Containers (running or not) labelled with this trial session."""
-    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.docker_api import api_client
     from rlkit.sandbox.labels import SESSION, label_value
 
     return api_client().containers(all=True, filters={"label": f"{SESSION}={label_value(session)}"})

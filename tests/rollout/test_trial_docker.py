@@ -157,7 +157,7 @@ def test_cli_trial(task_images, tmp_path: Path, capsys):
 def _agent_running(session: str) -> bool:
     """The slow agent's `sleep 120` runs in the trial's container (through docker exec or the
     backend's exec session alike)."""
-    from rlkit.sandbox._docker_client import api_client
+    from rlkit.sandbox.docker_api import api_client
 
     containers = containers_of(session)
     if not containers:

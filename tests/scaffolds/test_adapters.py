@@ -181,8 +181,7 @@ def test_adapter_agrees_with_the_scaffold_axis_module(name: str) -> None:
     values = dict(line.split("=", 1) for line in (repo / "scripts/templates/scaffold" / f"{name}.env")
                   .read_text().splitlines() if "=" in line and not line.startswith("#"))
     scaffold = get_scaffold(name)
-    dialect = {"anthropic_messages": "anthropic", "openai_chat_completions": "openai"}[scaffold.api_format.value]
-    assert values["AGENT_API"] == dialect
+    assert values["AGENT_API"] == scaffold.api_format.value
     from harbor.utils.import_path import import_class
 
     agent_class = import_class(scaffold.agent_import_path, label="agent")

@@ -1,36 +1,16 @@
-"""One docker API client and one thread pool per process.
-
-Every docker SDK call blocks, so async code runs them on a dedicated executor: the
-default asyncio pool has min(32, cpus+4) threads, which would serialise 32 concurrent
-trials behind a handful of long `exec`s on a 2-core machine.
-"""
+"""One docker Engine API client per process (per timeout kind), shared by the docker
+backend, image builds and cleanup. Calls block: async code runs them through
+`rlkit.sandbox.pool.run_blocking`."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-MAX_THREADS = 256
+from rlkit.sandbox.pool import MAX_THREADS
+
 _lock = threading.Lock()
-_executor: ThreadPoolExecutor | None = None
 _clients: dict[str, Any] = {}
-
-
-def executor() -> ThreadPoolExecutor:
-    global _executor
-    with _lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="rlkit-docker")
-        return _executor
-
-
-async def run_blocking[T](fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor(), functools.partial(fn, *args, **kwargs))
 
 
 def api_client(long_running: bool = False) -> Any:

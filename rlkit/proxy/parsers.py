@@ -1,4 +1,9 @@
-"""Tool-call parser probe; runs in a subprocess because it imports transformers and verl.
+"""Tool-call parsers: does a verl parser read the tool calls a chat template writes?
+
+The one home of the parser probe. The proxy runs it in-process at start (it has the
+tokenizer loaded); preflight (`rlkit.validate.parser_probe`) runs it in a subprocess,
+because it imports transformers and verl. The proxy's per-call wrapper of verl's parsers
+is `rlkit.proxy.toolcalls.VerlToolParser`.
 
 Renders a probe assistant tool call through the model's own chat template (with
 tools), tokenizes the assistant turn, and parses it back with verl's tool parsers.
@@ -6,7 +11,7 @@ Prints one JSON verdict per (model, parser) pair on stdout, one per line:
 
     {"parser": NAME, "ok": bool, "detail": str, "parses": [names that parse it], "completion": str}
 
-Usage: python -m rlkit.validate._parser_probe MODEL_DIR PARSER [MODEL_DIR PARSER ...]
+Usage: python -m rlkit.proxy.parsers MODEL_DIR PARSER [MODEL_DIR PARSER ...]
 """
 
 from __future__ import annotations
