@@ -185,6 +185,14 @@ class RunConfig(BaseModel):
     KUBECONFIG: str = key("~/.kube/config", "Kube config file (BACKEND=k8s).", S, P, path=True)
     DOCKER_HOST: str = key("unix:///var/run/docker.sock", "Docker daemon address (BACKEND=docker).", S, P)
     SHARED_DIR: str = key("", "Filesystem shared by all nodes (empty: single node).", S, path=True)
+    NODE_IP: str = key("", "This node's address (empty: detected from its interfaces); a node whose address "
+                           "is RAY_HEAD_ADDRESS is rank 0.", S, P)
+    PROXY_HOST: str = key("", "Address the proxy listens on, reachable by the sandboxes (empty: loopback for "
+                              "docker sandboxes, the node's address for k8s pods). Never 0.0.0.0 by default: "
+                              "the proxy serves the policy to anyone who reaches it.", S)
+    NODE_WAIT_S: int = key(600, "Rank 0 waits this long for NNODES Ray nodes and their GPUs.", S)
+    REPLICA_WAIT_S: int = key(3600, "Rank 0 waits this long for verl's vLLM replicas (CUDA-graph capture takes "
+                                    "10-20 minutes on big models).", S)
     PROXY_PORT: int = key(DEFAULT_PROXY_PORT, "Port of the token-recording proxy in front of vLLM.", S)
     DASHBOARD_PORT: int = key(8090, "Port of the monitoring dashboard.", S)
     # --- axis modules (composed from scripts/templates at launch)
