@@ -9,6 +9,12 @@ could influence its own grade, then hands over to harbor unchanged:
 * /logs/verifier is emptied (not just the two reward files) and /tests removed, so a
   pytest.ini or conftest.py planted there cannot change how the tests run.
 
+Then the sandbox is compared with its image (`rlkit.sandbox.tamper`): changes that can
+steer the tests from outside /tests (a /conftest.py, a pytest.py beside the working dir,
+a .pth in site-packages, ...) stop the trial before its tests run with
+`TamperSuspectError`, which the trial runner turns into the `tamper_suspect` outcome. The
+changed paths are written to `<trial>/sandbox_changes.json` either way.
+
 The clean-up replaces harbor's own reward-file removal (same hook, one exec). It also
 records why verification failed, keyed by trial directory: harbor keeps only the
 first exception of a trial, so a verifier failure after an agent timeout would be lost.
@@ -16,11 +22,16 @@ first exception of a trial, so a verifier failure after an agent timeout would b
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import override
 
 from harbor.models.trial.paths import EnvironmentPaths
 from harbor.models.verifier.result import VerifierResult
 from harbor.verifier.verifier import Verifier
+
+CHANGES_FILE = "sandbox_changes.json"
+_log = logging.getLogger(__name__)
 
 # trial_dir -> exception type name of the verifier failure ("CancelledError" = harbor's timeout fired)
 VERIFIER_FAILURES: dict[str, str] = {}
@@ -67,6 +78,10 @@ def _fresh_dirs_command(paths: EnvironmentPaths) -> str:
             f"find {verifier_dir} -mindepth 1 -delete && chmod 777 {verifier_dir}")
 
 
+class TamperSuspectError(RuntimeError):
+    """The agent changed files that can steer the verifier; the tests were not run."""
+
+
 class GuardedVerifier(Verifier):
     """`harbor.verifier.Verifier` after killing leftover agent processes and clearing its dirs."""
 
@@ -90,6 +105,23 @@ class GuardedVerifier(Verifier):
         result = await self.environment.exec(command=command, user="root")
         if result.return_code != 0:
             raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")
+        await self._check_tampering(str(paths.tests_dir))
         if not self.environment.is_path_mounted(paths.verifier_dir, self.trial_paths.verifier_dir):
             self.trial_paths.reward_text_path.unlink(missing_ok=True)
             self.trial_paths.reward_json_path.unlink(missing_ok=True)
+
+    async def _check_tampering(self, tests_dir: str) -> None:
+        """After the agent's processes are gone, before the tests: compare the sandbox with its image."""
+        from rlkit.sandbox import tamper
+
+        snapshot = await tamper.snapshot(self.environment)
+        if snapshot is None:
+            _log.info("no tamper check: the %s backend cannot list its changes", self.environment.type())
+            return
+        findings = tamper.classify(snapshot.changes, snapshot.workdir, tests_dir)
+        record = tamper.report(snapshot.changes, findings, snapshot.workdir, snapshot.source)
+        self.trial_paths.trial_dir.joinpath(CHANGES_FILE).write_text(json.dumps(record, indent=1) + "\n")
+        if findings:
+            shown = ", ".join(f"{f.kind} {f.path} ({f.rule})" for f in findings[:5])
+            more = f" and {len(findings) - 5} more" if len(findings) > 5 else ""
+            raise TamperSuspectError(f"the agent changed files that can steer the tests: {shown}{more}")

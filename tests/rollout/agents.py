@@ -76,3 +76,49 @@ class PeekingAgent(BaseAgent):
         await environment.exec(
             command="mkdir -p /logs/agent; { ls -A /tests /solution 2>&1; echo end; } > /logs/agent/peek.txt",
             user="root")
+
+
+class _ScriptAgent(BaseAgent):
+    """Runs `SCRIPT` as root in the sandbox during its turn."""
+
+    SCRIPT = "true"
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.__name__
+
+    def version(self) -> str:
+        return "1.0.0"
+
+    async def setup(self, environment: BaseEnvironment) -> None:
+        return None
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        result = await environment.exec(command=self.SCRIPT + "\necho planted", user="root")
+        if "planted" not in (result.stdout or ""):
+            raise RuntimeError(f"planting failed: {result.stdout} {result.stderr}")
+
+
+class RootConftestAgent(_ScriptAgent):
+    """Leaves /conftest.py: pytest loads it for /tests/* and it turns every test report into a pass."""
+
+    SCRIPT = r"""cat > /conftest.py <<'PY'
+import pytest
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+PY"""
+
+
+class ShadowPytestAgent(_ScriptAgent):
+    """Leaves pytest.py in the working dir: `python3 -m pytest` from there runs it instead."""
+
+    SCRIPT = "printf 'raise SystemExit(0)\\n' > \"$PWD/pytest.py\""
+
+
+class PthAgent(_ScriptAgent):
+    """Appends a .pth file to site-packages: python runs its import line at every start."""
+
+    SCRIPT = ("site=$(python3 -c 'import site; print(site.getsitepackages()[0])'); mkdir -p \"$site\"; "
+              "echo 'import os' > \"$site/zz-steer.pth\"")
