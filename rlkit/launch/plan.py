@@ -1,46 +1,36 @@
 """The launch plan: every command a run starts, as data.
 
-DRY_RUN prints it; the training runner (later) executes it. Every node runs the same
-config; the node whose local IP matches RAY_HEAD_ADDRESS is rank 0 (an empty address
-means this node is the head of a one-node run). Rank 0 starts the Ray head and the
-verl trainer; the other nodes join Ray as workers.
+DRY_RUN prints it and `rlkit.launch.cluster.execute` runs it: the same object, so every
+printed command is the one executed. Every node runs the same config; the node whose
+address is RAY_HEAD_ADDRESS is rank 0 (`rlkit.launch.nodes`; an empty address means a
+one-node run). Rank 0 starts the Ray head and the verl trainer; the other nodes join Ray
+as workers. Commands name the interpreter and the `ray` that will really run (this
+process's), not whatever `python` the PATH finds.
 """
 
 from __future__ import annotations
 
 import shlex
-import socket
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlkit.config.paths import RunPaths
 from rlkit.config.resolve import ResolvedConfig
 from rlkit.config.schema import VerlTrainerMode
-from rlkit.launch.verl_overrides import TRAINER_MODULE, verl_overrides
-
-LOOPBACK = {"", "localhost", "127.0.0.1", "::1"}
-
-
-def local_ips(towards: str = "") -> set[str]:
-    ips = {"127.0.0.1"}
-    try:
-        ips |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
-    except OSError:
-        pass
-    if towards and towards not in LOOPBACK:
-        try:  # the source address the kernel would use to reach the head; sends nothing
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect((towards, 9))
-                ips.add(s.getsockname()[0])
-        except OSError:
-            pass
-    return ips
+from rlkit.launch.nodes import is_rank0, resolve_host, this_node_address
+from rlkit.launch.verl_overrides import TRAINER_MODULE, agent_loop_yaml, verl_overrides
 
 
-def is_head_node(head_address: str, ips: set[str] | None = None) -> bool:
-    if head_address in LOOPBACK:
-        return True
-    return head_address in (ips if ips is not None else local_ips(head_address))
+def is_head_node(head_address: str, ips: set[str] | None = None, node_ip: str = "") -> bool:
+    return is_rank0(head_address, node_ip, ips)
+
+
+def ray_executable(python: str = sys.executable) -> str:
+    """The `ray` of this interpreter's environment (the one verl's workers will run in)."""
+    beside = Path(python).parent / "ray"
+    return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
 
 
 @dataclass(frozen=True)
@@ -68,14 +58,22 @@ class LaunchPlan:
     trainer: Command
     rollout: dict[str, object]
     overrides: list[str]
+    nnodes: int = 1
+    node_address: str = "127.0.0.1"
+    files: dict[Path, str] = field(default_factory=dict)  # written on every node before its commands run
 
     def commands_for_this_node(self) -> list[Command]:
         return [self.ray_head, self.trainer] if self.node_is_head else [self.ray_worker]
 
     def render(self) -> str:
         me = "rank 0, the Ray head" if self.node_is_head else "a Ray worker"
-        lines = [f"Launch plan (this node is {me}; head {self.head_address})", "", "# Ray head (rank 0)", self.ray_head.render(), "",
-                 "# Ray workers (every other node)", self.ray_worker.render(), "", "# Rollout / vLLM"]
+        lines = [f"Launch plan (this node is {me}, {self.node_address}; head {self.head_address})", "",
+                 "# Ray head (rank 0)", self.ray_head.render(), ""]
+        if self.nnodes > 1:
+            lines += [f"# Ray workers (the {self.nnodes - 1} other node(s))", self.ray_worker.render(), ""]
+        for path, text in self.files.items():
+            lines += [f"# File {path}", *(f"#   {line}" for line in text.splitlines()), ""]
+        lines += ["# Rollout / vLLM"]
         width = max(map(len, self.rollout))
         lines += [f"#   {k.ljust(width)} = {v}" for k, v in self.rollout.items()]
         lines += ["", "# Trainer (rank 0)", self.trainer.render()]
@@ -85,27 +83,33 @@ class LaunchPlan:
 def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchPlan:
     c = resolved.config
     root = resolved.path("OUTPUT_DIR") or resolved.root
-    head = c.RAY_HEAD_ADDRESS or "127.0.0.1"
-    head_here = is_head_node(c.RAY_HEAD_ADDRESS, ips)
-    ray_head = Command("ray head", ["ray", "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
-                                    f"--num-gpus={c.GPUS_PER_NODE}", "--dashboard-host=0.0.0.0",
+    head = resolve_host(c.RAY_HEAD_ADDRESS) or "127.0.0.1"
+    head_here = is_rank0(c.RAY_HEAD_ADDRESS, c.NODE_IP, ips)
+    me = head if head_here and not c.NODE_IP else this_node_address(c.RAY_HEAD_ADDRESS, c.NODE_IP)
+    ray = ray_executable()
+    ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
+                                    f"--num-gpus={c.GPUS_PER_NODE}", "--dashboard-host=127.0.0.1",
                                     "--disable-usage-stats"])
-    ray_worker = Command("ray worker", ["ray", "start", f"--address={head}:{c.RAY_PORT}",
+    ray_worker = Command("ray worker", [ray, "start", f"--address={head}:{c.RAY_PORT}", f"--node-ip-address={me}",
                                         f"--num-gpus={c.GPUS_PER_NODE}", "--disable-usage-stats", "--block"],
                          where="ranks 1..NNODES-1")
+    run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
+    loop_yaml = run_paths.logs / f"{c.EXP_NAME}_agent_loop.yaml"
+    proxy_host = c.PROXY_HOST or ("node" if c.BACKEND.value == "k8s" else "127.0.0.1")
     paths = {
         "model_path": resolved.path("MODEL_PATH") or Path(""),
         "train_files": resolved.path("TRAIN_FILES") or Path(""),
         "val_files": resolved.path("VAL_FILES") or Path(""),
-        "checkpoint_dir": root / "checkpoints" / c.PROJECT_NAME / c.EXP_NAME,
+        "checkpoint_dir": run_paths.checkpoints,
+        "agent_loop_config": loop_yaml,
     }
     overrides = verl_overrides(c, **paths)
     env = {"RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}
     if "file" in c.LOGGER:
-        env["VERL_FILE_LOGGER_PATH"] = str(RunPaths(root, c.PROJECT_NAME, c.EXP_NAME).jsonl)
+        env["VERL_FILE_LOGGER_PATH"] = str(run_paths.jsonl)
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:
         env["WANDB_API_KEY"] = "****"  # the real key is passed through the environment, never printed
-    trainer = Command("verl trainer", ["python", "-m", TRAINER_MODULE, *overrides], env)
+    trainer = Command("verl trainer", [sys.executable, "-m", TRAINER_MODULE, *overrides], env)
     separate = c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC
     rollout_gpus = (c.N_NODES_ROLLOUT if separate else c.N_NODES_TRAIN) * c.GPUS_PER_NODE
     rollout = {
@@ -116,9 +120,12 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "gpu_memory_utilization": c.ROLLOUT_GPU_MEM,
         "tool_call_parser": c.TOOL_CALL_PARSER.value,
         "responses_per_prompt": c.N_RESP,
-        "proxy": f"0.0.0.0:{c.PROXY_PORT} (agents -> proxy -> vLLM; {c.AGENT_API.value} API)",
+        "proxy": f"one per agent-loop worker, on {proxy_host if proxy_host != 'node' else 'the node address'}"
+                 f":<free port> (agents -> proxy -> verl's server manager -> vLLM; {c.AGENT_API.value} API)",
         "agent": f"{c.HARBOR_AGENT} ({c.SCAFFOLD.value}) in {c.BACKEND.value} sandboxes, "
                  f"{c.MAX_SANDBOXES}/node, network {c.SANDBOX_NETWORK}",
         "dashboard": f"0.0.0.0:{c.DASHBOARD_PORT}",
     }
-    return LaunchPlan(head_here, head, ray_head, ray_worker, trainer, rollout, overrides)
+    files = {loop_yaml: agent_loop_yaml(c, trials_root=root / "harbor_trials", proxy_host=proxy_host)}
+    return LaunchPlan(head_here, head, ray_head, ray_worker, trainer, rollout, overrides, nnodes=c.NNODES,
+                      node_address=me, files=files)

@@ -36,7 +36,7 @@ def hydra_value(value: object) -> str:
 
 
 def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files: Path,
-                 checkpoint_dir: Path) -> dict[str, object]:
+                 checkpoint_dir: Path, agent_loop_config: Path | None = None) -> dict[str, object]:
     """Every override, as a key -> value map (ordered: data, model, actor, rollout, algorithm, trainer)."""
     max_len = c.MAX_PROMPT + c.MAX_RESP
     ar = "actor_rollout_ref"
@@ -76,11 +76,14 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         f"{ar}.rollout.multi_turn.format": c.TOOL_CALL_PARSER.value,
         f"{ar}.rollout.agent.default_agent_loop": AGENT_LOOP_NAME,
     })
+    if agent_loop_config is not None:  # registers AGENT_LOOP_NAME in every agent-loop worker
+        o[f"{ar}.rollout.agent.agent_loop_config_path"] = str(agent_loop_config)
     if c.ALGORITHM is Algorithm.PPO:
         o["algorithm.adv_estimator"] = "gae"
         o[f"{ar}.actor.policy_loss.loss_mode"] = "vanilla"
         o["critic.model.path"] = str(model_path)
         o["critic.ppo_max_token_len_per_gpu"] = max_len
+        o["critic.ulysses_sequence_parallel_size"] = c.SP_SIZE
     else:
         o["algorithm.adv_estimator"] = "grpo"
         if c.ALGORITHM is Algorithm.GSPO:
@@ -121,3 +124,27 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
 def verl_overrides(c: RunConfig, **paths: Path) -> list[str]:
     """`key=value` arguments for verl.trainer.main_ppo."""
     return [f"{k}={hydra_value(v)}" for k, v in override_map(c, **paths).items()]
+
+
+AGENT_LOOP_TARGET = "rlkit.train.verl_agent_loop.RlkitAgentLoop"
+
+
+def agent_loop_settings(c: RunConfig, *, trials_root: Path, proxy_host: str) -> dict[str, object]:
+    """What `RlkitAgentLoop` needs beyond verl's config: the rollout engine's fields
+    (`rlkit.rollout.engine.EngineConfig` names) and the proxy's (`ProxyConfig` names)."""
+    return {
+        "engine": {"scaffold": c.SCAFFOLD.value, "backend": c.BACKEND.value, "max_sandboxes": c.MAX_SANDBOXES,
+                   "project": c.PROJECT_NAME or "default", "experiment": c.EXP_NAME or "default",
+                   "trials_root": str(trials_root), "max_response_tokens": c.MAX_RESP},
+        "proxy": {"host": proxy_host, "tool_call_parser": c.TOOL_CALL_PARSER.value,
+                  "max_model_len": c.MAX_PROMPT + c.MAX_RESP, "max_response_tokens_per_session": c.MAX_RESP},
+    }
+
+
+def agent_loop_yaml(c: RunConfig, *, trials_root: Path, proxy_host: str) -> str:
+    """verl's `agent_loop_config_path` file: `AGENT_LOOP_NAME` -> rlkit's loop, with its settings."""
+    import json
+
+    settings = json.dumps(agent_loop_settings(c, trials_root=trials_root, proxy_host=proxy_host), sort_keys=True)
+    # JSON is YAML: one flow mapping keeps the file exact and free of quoting surprises.
+    return f"- name: {AGENT_LOOP_NAME}\n  _target_: {AGENT_LOOP_TARGET}\n  rlkit: {settings}\n"

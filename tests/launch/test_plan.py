@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.config.resolve import resolve
-from rlkit.launch.plan import build_plan, is_head_node
+from rlkit.launch.plan import build_plan, is_head_node, ray_executable
 from rlkit.launch.verl_overrides import hydra_value
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,8 @@ def test_plan_for_a_worker_node(ws) -> None:
     assert not plan.node_is_head
     assert [c.role for c in plan.commands_for_this_node()] == ["ray worker"]
     port = ws.site_values["RAY_PORT"]
-    assert plan.ray_worker.argv[:3] == ["ray", "start", f"--address=10.1.2.3:{port}"]
+    assert plan.ray_worker.argv[1:3] == ["start", f"--address=10.1.2.3:{port}"]
+    assert plan.ray_worker.argv[0] == ray_executable() and Path(plan.ray_worker.argv[0]).is_absolute()
     head_plan = build_plan(resolve(ws.config(), ws.environ()), ips={"10.1.2.3"})
     assert [c.role for c in head_plan.commands_for_this_node()] == ["ray head", "verl trainer"]
 
@@ -112,8 +113,8 @@ def test_dry_run_command_is_accepted_by_verl_main_ppo(ws) -> None:
     assert "ray start --head" in proc.stdout and "# Rollout / vLLM" in proc.stdout
     trainer = proc.stdout.split("# Trainer (rank 0)\n", 1)[1]
     argv = shlex.split(trainer.replace("\\\n", " "))
-    start = argv.index("python")
-    assert argv[start:start + 3] == ["python", "-m", "verl.trainer.main_ppo"]
+    start = argv.index(sys.executable)
+    assert argv[start:start + 3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
     verl = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "--cfg", "job", "--resolve",
                            *argv[start + 3:]], capture_output=True, text=True, check=False)
     assert verl.returncode == 0, verl.stderr[-2000:]

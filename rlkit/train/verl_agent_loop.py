@@ -1,0 +1,200 @@
+"""verl's agent loop for rlkit: each verl sample is one rlkit trial (sandbox, scaffold, tests).
+
+verl 0.9.1 instantiates `RlkitAgentLoop` by the name an index row carries in `agent_name`
+(`rlkit_agent`), from the `agent_loop_config_path` YAML the launch plan writes and passes
+(`rlkit.launch.verl_overrides.agent_loop_yaml`). `run()` runs ONE trial through
+`RolloutEngine.run_trial` and returns `AgentLoopOutput` (`rlkit.train.verl_samples` maps
+the TrialRecord: longest chain, masking, reward, outcome in `extra_fields`).
+
+**Where the tokens come from: verl's server manager, not the replicas' HTTP addresses.**
+Each agent-loop worker process (a Ray actor) hosts one rlkit proxy on its own thread and
+event loop. The proxy renders chats and parses tool calls as always, but its upstream is
+`ServerManagerUpstream`: every completion is `server_manager.generate(session, prompt_ids=...)`
+on the worker's loop. That keeps, unchanged:
+  * verl's load balancing: the one global load-balancer actor shared by all workers, sticky
+    per request id (we pass the proxy session, so a trial stays on one replica's prefix
+    cache) and least-loaded across replicas. A proxy routing to HTTP addresses itself would
+    balance only its own worker's share and race verl's balancer.
+  * sleep/wake and weight sync: verl wakes the replicas, runs the agent loops, then syncs
+    weights and sleeps them; in separate_async its client aborts, waits out a weight sync
+    and resumes in-flight requests. Calls that go through the manager take part in that
+    protocol; raw HTTP calls would hit sleeping or mid-sync engines.
+  * staleness: replicas tag outputs with `global_steps`; min/max per trial go back in
+    `extra_fields` (`min_global_steps` / `max_global_steps`), as V1's off-policy sampler reads.
+The replicas' HTTP addresses remain the route for the local trainer and the benchmarks.
+
+Trials of a worker land in `harbor_trials/<project>/<exp>/step_<V>/`, V being the highest
+weight version (`global_steps`) the replicas reported to this worker so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import uuid
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+
+from rlkit.errors import UpstreamError
+from rlkit.proxy.core import ProxyConfig, ProxyCore
+from rlkit.proxy.server import ProxyEventLoop, ProxyServer
+from rlkit.rollout.records import TrialRecord
+from rlkit.train.verl_samples import group_uid, row_from_verl, sample_fields
+
+log = logging.getLogger(__name__)
+
+PSEUDO_UPSTREAM = "verl://server-manager"
+# vLLM SamplingParams keys the proxy may send that verl's vLLM server passes straight through.
+_SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
+                            "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "seed",
+                            "ignore_eos", "min_tokens"})
+_session: contextvars.ContextVar[str] = contextvars.ContextVar("rlkit_proxy_session", default="")
+
+
+class ServerManagerUpstream:
+    """The proxy's upstream client (`rlkit.proxy.upstream.UpstreamClient`'s methods) over
+    verl's `LLMServerClient`: token ids in, token ids + logprobs out."""
+
+    def __init__(self, server_manager: Any, worker_loop: asyncio.AbstractEventLoop,
+                 max_model_len: int | None = None) -> None:
+        self.server_manager = server_manager
+        self.worker_loop = worker_loop
+        self._max_model_len = max_model_len
+        self.steps: dict[str, tuple[int, int]] = {}  # session -> (min, max) global_steps seen
+        self.latest_step = 0
+
+    async def max_model_len(self, replica: Any) -> int | None:
+        return self._max_model_len
+
+    async def healthy(self, replica: Any, timeout_s: float = 2.0) -> bool:
+        return True  # verl owns the replicas' lives; its manager answers for them
+
+    async def close(self) -> None:
+        return None
+
+    async def complete(self, replica: Any, prompt_ids: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
+        session = _session.get() or uuid.uuid4().hex
+        params = {k: v for k, v in sampling.items() if k in _SAMPLING_KEYS}
+        params["logprobs"] = True
+        call = self.server_manager.generate(session, prompt_ids=list(prompt_ids), sampling_params=params)
+        try:  # the manager's Ray calls belong to the worker's loop, not the proxy's
+            out = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.worker_loop))
+        except Exception as exc:  # any failure of verl's server is an upstream error
+            raise UpstreamError(f"verl server manager failed: {type(exc).__name__}: {exc}",
+                                upstream=PSEUDO_UPSTREAM) from exc
+        if out.stop_reason == "aborted":
+            raise UpstreamError("verl aborted the request (weight sync)", upstream=PSEUDO_UPSTREAM)
+        version = out.extra_fields.get("global_steps")
+        if isinstance(version, int):
+            low, high = self.steps.get(session, (version, version))
+            self.steps[session] = (min(low, version), max(high, version))
+            self.latest_step = max(self.latest_step, version)
+        logprobs = list(out.log_probs or [])
+        return {"token_ids": list(out.token_ids), "logprobs": [float(x) for x in logprobs],
+                "finish_reason": "length" if out.stop_reason == "length" else "stop", "text": None}
+
+
+class WorkerHost:
+    """One proxy (own thread + ProxyEventLoop) and its engines, per agent-loop worker process."""
+
+    _lock = threading.Lock()
+    _current: WorkerHost | None = None
+
+    def __init__(self, settings: dict[str, Any], model_path: str, server_manager: Any,
+                 worker_loop: asyncio.AbstractEventLoop) -> None:
+
+        proxy = dict(settings.get("proxy") or {})
+        host = proxy.pop("host", "127.0.0.1")
+        if host == "node":  # the address pods reach: this Ray node's
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        self.upstream = ServerManagerUpstream(server_manager, worker_loop, proxy.get("max_model_len"))
+        config = ProxyConfig(model_path=model_path, upstreams=[PSEUDO_UPSTREAM], host=host, port=0, **proxy)
+        self.model_name = config.served_model_name or model_path
+        self.engine_settings = dict(settings.get("engine") or {})
+        self._engines: dict[tuple, Any] = {}
+        self._loop = ProxyEventLoop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rlkit-proxy", daemon=True)
+        self._thread.start()
+        core = SessionTaggedCore(config, client=self.upstream)
+        self.server = ProxyServer(config, core=core)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(600)
+        log.info("rlkit proxy for verl's agent loop on %s", self.server.url)
+
+    @classmethod
+    def get(cls, settings: dict[str, Any], model_path: str, server_manager: Any) -> WorkerHost:
+        with cls._lock:
+            if cls._current is None:
+                cls._current = cls(settings, model_path, server_manager, asyncio.get_running_loop())
+            return cls._current
+
+    def engine(self, sampling: dict[str, Any]) -> Any:
+        """The engine whose sessions sample with verl's params (training and validation differ)."""
+        from rlkit.rollout.engine import EngineConfig, RolloutEngine
+
+        key = tuple(sorted(sampling.items()))
+        if key not in self._engines:
+            config = EngineConfig(**{**self.engine_settings, "model_name": self.model_name,
+                                     "proxy_url": self.server.url, "sampling": dict(sampling)})
+            self._engines[key] = RolloutEngine(config)
+        return self._engines[key]
+
+
+class SessionTaggedCore(ProxyCore):
+    """Names the session of each completion for the upstream (verl's sticky request id)."""
+
+    async def _complete(self, session_id: str, prompt_ids: list[int], params: dict[str, Any]) -> Any:
+        token = _session.set(session_id)
+        try:
+            return await super()._complete(session_id, prompt_ids, params)
+        finally:
+            _session.reset(token)
+
+
+def proxy_sampling(sampling_params: dict[str, Any]) -> dict[str, Any]:
+    """verl's per-sample sampling params as proxy session overrides (vLLM's names)."""
+    out = {k: sampling_params[k] for k in ("temperature", "top_p", "top_k", "repetition_penalty")
+           if sampling_params.get(k) is not None}
+    if out.get("top_k") == -1:
+        out.pop("top_k")  # vLLM's "no top-k"; the proxy need not send it
+    return out
+
+
+class RlkitAgentLoop(AgentLoopBase):
+    """One trial per sample; see the module docstring."""
+
+    def __init__(self, *args: Any, rlkit: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from omegaconf import OmegaConf
+
+        settings = OmegaConf.to_container(rlkit, resolve=True) if rlkit is not None and not isinstance(
+            rlkit, dict) else (rlkit or {})
+        self.settings: dict[str, Any] = dict(settings)  # type: ignore[arg-type]
+        self.model_path = str(self.config.actor_rollout_ref.model.path)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        host = WorkerHost.get(self.settings, self.model_path, self.server_manager)
+        row = row_from_verl(kwargs)
+        uid = group_uid(kwargs, row)
+        engine = host.engine(proxy_sampling(sampling_params))
+        record: TrialRecord = await engine.run_trial(row, uid=uid, step=host.upstream.latest_step)
+        return self.output(record, host.upstream.steps.pop(record.session, None))
+
+    def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        fields = sample_fields(record, pad_id=pad, max_response=self.rollout_config.response_length)
+        prompt = fields["prompt_ids"]
+        capped = self._cap_text_prompt_length(prompt)
+        fields["extra_fields"]["prompt_cut"] = len(prompt) - len(capped)
+        fields["prompt_ids"] = capped
+        if steps is not None:
+            fields["extra_fields"]["min_global_steps"], fields["extra_fields"]["max_global_steps"] = steps
+        model_s = float(record.timings.get("model", 0.0))
+        metrics = AgentLoopMetrics(generate_sequences=model_s,
+                                   tool_calls=max(0.0, float(record.timings.get("agent", 0.0)) - model_s),
+                                   compute_score=float(record.timings.get("verifier", 0.0)))
+        return AgentLoopOutput(metrics=metrics, **fields)
