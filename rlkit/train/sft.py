@@ -1,0 +1,225 @@
+"""Warm start: supervised fine-tuning on teacher trajectories, cached by what it depends on.
+
+A random policy never solves a task, so RL has no signal. `ensure_sft_model` records one
+teacher trajectory per train task through the real scaffold and proxy (`_record`), then
+fine-tunes the policy on those token sequences with the RL loss's own mask (loss only
+where `response_mask` is 1: tokens the model would have sampled; prompts, tool output
+and terminal screens are context only). The result is an HF directory vLLM can serve.
+
+It is cached under `<root>/sft-<key>/`, the key hashing the task set's files, the base
+model's files and the settings, so the second call returns at once. The settings keep the
+model short of memorising: a few epochs, and `task_fraction` of the tasks trained the
+full number of epochs while the rest get one, so the starting pass rate sits between 0
+and 1 and RL has room to climb.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlkit.errors import UserError
+from rlkit.rollout.records import TrialRecord
+
+MARKER = "rlkit_sft.json"
+_WEIGHT_FILES = {"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+                 "rlkit_tiny.json", MARKER}
+
+
+class SftSettings(BaseModel):
+    """What the fine-tune does (part of the cache key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epochs: int = Field(default=12, ge=1, description="passes over the fully trained tasks' trajectories")
+    lr: float = Field(default=3e-3, gt=0, description="AdamW learning rate")
+    task_fraction: float = Field(default=1.0, gt=0, le=1.0,
+                                 description="share of tasks trained `epochs` times; the others once")
+    weight_decay: float = 0.0
+    seed: int = 0
+    scaffold: str = "terminus"
+    max_turns: int = 4
+
+
+class SftResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_dir: Path
+    cached: bool
+    record_s: float = 0.0
+    finetune_s: float = 0.0
+    losses: list[float] = Field(default_factory=list, description="mean masked loss per epoch")
+    teacher_rewards: dict[str, float] = Field(default_factory=dict)
+
+
+# --- which tasks, and the cache key ----------------------------------------------------------
+
+def train_task_dirs(tasks: str | Path, *, val_fraction: float | None = None, seed: int = 0) -> list[Path]:
+    """Train tasks from a task index (.parquet: its train rows) or a tasks directory (train split if
+    `val_fraction`, else all); only tasks with an oracle solution can be taught."""
+    from rlkit.tasks.index import build_rows, load_index
+
+    path = Path(tasks)
+    if path.suffix == ".parquet":
+        rows = [r for r in load_index(path) if r.split == "train"]
+    else:
+        rows = build_rows(path, "train", val_fraction=val_fraction, seed=seed)
+    dirs = [Path(r.task_source) for r in rows if not r.is_git]
+    dirs = [d for d in dirs if (d / "solution" / "solve.sh").is_file()]
+    if not dirs:
+        raise UserError(f"no local train task with solution/solve.sh under {path}", file=str(path),
+                        fix="point --tasks at a tasks directory or index whose train tasks have solution/solve.sh")
+    return sorted(dirs, key=lambda d: d.name)
+
+
+def _hash_files(digest: Any, root: Path, files: Iterable[Path]) -> None:
+    for file in sorted(files):
+        digest.update(str(file.relative_to(root)).encode() + b"\0")
+        digest.update(file.read_bytes() + b"\0")
+
+
+def task_set_hash(task_dirs: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for task_dir in sorted(task_dirs, key=lambda d: d.name):
+        digest.update(task_dir.name.encode() + b"\0")
+        _hash_files(digest, task_dir, (p for p in task_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts))
+    return digest.hexdigest()
+
+
+def model_hash(model_dir: Path) -> str:
+    digest = hashlib.sha256()
+    _hash_files(digest, model_dir, (p for p in model_dir.iterdir() if p.is_file() and p.name != MARKER))
+    return digest.hexdigest()
+
+
+def cache_key(task_dirs: list[Path], model_dir: Path, settings: SftSettings) -> str:
+    digest = hashlib.sha256()
+    for part in (task_set_hash(task_dirs), model_hash(model_dir), settings.model_dump_json()):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# --- the fine-tune -------------------------------------------------------------------------
+
+def training_examples(records: list[TrialRecord]) -> list[tuple[str, list[int], list[int]]]:
+    """(task_id, ids, loss_mask) per segment of each passing, trainable record.
+
+    The mask is 0 over the prompt and the response_mask over the response: the same tokens
+    the RL loss trains on."""
+    examples = []
+    for record in records:
+        if not record.trainable or record.reward < 1.0:
+            continue
+        for seg in record.segments:
+            examples.append((record.task_id, seg.prompt_ids + seg.response_ids,
+                             [0] * len(seg.prompt_ids) + list(seg.response_mask)))
+    return examples
+
+
+def masked_loss(model: Any, ids: list[int], mask: list[int]) -> Any:
+    """Mean next-token cross-entropy over positions whose target has mask 1."""
+    import torch
+
+    input_ids = torch.tensor([ids])
+    logits = model(input_ids=input_ids).logits[0, :-1]
+    targets = input_ids[0, 1:]
+    weights = torch.tensor(mask[1:], dtype=logits.dtype)
+    losses = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+    return (losses * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings: SftSettings,
+             log: Callable[[str], None] = print) -> list[float]:
+    """Fine-tune `base_dir` on the records' masked tokens; save an HF dir to `out_dir`. Mean loss per epoch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    examples = training_examples(records)
+    if not examples:
+        raise UserError("no teacher trajectory passed its tests: nothing to fine-tune on",
+                        fix="check the tasks' solution/solve.sh with `rlkit trial TASK --agent oracle`")
+    torch.manual_seed(settings.seed)
+    rng = random.Random(settings.seed)
+    tasks = sorted({t for t, _, _ in examples})
+    full = set(rng.sample(tasks, max(1, round(len(tasks) * settings.task_fraction))))
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    losses = []
+    for epoch in range(settings.epochs):
+        batch = [e for e in examples if e[0] in full or epoch == 0]
+        rng.shuffle(batch)
+        total = 0.0
+        for _, ids, mask in batch:
+            loss = masked_loss(model, ids, mask)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            total += float(loss.detach())
+        losses.append(total / len(batch))
+        log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f} ({len(batch)} sequences)")
+    save_model(model, base_dir, out_dir)
+    return losses
+
+
+def save_model(model: Any, base_dir: Path, out_dir: Path) -> None:
+    """Weights and config from the model; tokenizer and chat template copied from the base dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    for file in base_dir.iterdir():
+        if file.is_file() and file.name not in _WEIGHT_FILES and not file.name.endswith(".safetensors"):
+            shutil.copy2(file, out_dir / file.name)
+
+
+# --- the cached entry point ----------------------------------------------------------------
+
+def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | Path = ".rlkit/models",
+                     settings: SftSettings | None = None, val_fraction: float | None = None,
+                     out_dir: str | Path | None = None, log: Callable[[str], None] = print) -> SftResult:
+    """The warm-started policy for these tasks: from the cache, or recorded and fine-tuned now."""
+    from rlkit.train._record import record_teacher, write_records
+
+    settings = settings or SftSettings()
+    base = Path(base_model).resolve()
+    if not (base / "config.json").is_file():
+        raise UserError(f"{base} is not an HF model directory (no config.json)", key="MODEL_PATH",
+                        fix="build the embedded policy with `rlkit model tiny DIR` or point at an HF model dir")
+    task_dirs = train_task_dirs(tasks, val_fraction=val_fraction)
+    key = cache_key(task_dirs, base, settings)
+    out = Path(out_dir) if out_dir is not None else Path(root) / f"sft-{key}"
+    marker = out / MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get("key") == key:
+        meta = json.loads(marker.read_text())
+        return SftResult(model_dir=out, cached=True, losses=meta.get("losses", []),
+                         teacher_rewards=meta.get("teacher_rewards", {}))
+
+    work = out.with_name(out.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+    log(f"warm start: recording {len(task_dirs)} teacher trajectories ({settings.scaffold})")
+    started = time.monotonic()
+    records = record_teacher(task_dirs, base, work / "trials", scaffold=settings.scaffold,
+                             max_turns=settings.max_turns, log=log)
+    record_s = time.monotonic() - started
+    write_records(records, work / "teacher_records.jsonl")
+    log(f"warm start: fine-tuning {base.name} ({settings.epochs} epochs, lr {settings.lr:g})")
+    started = time.monotonic()
+    losses = finetune(records, base, work, settings, log=log)
+    finetune_s = time.monotonic() - started
+    rewards = {r.task_id: r.reward for r in records}
+    meta = {"key": key, "base_model": str(base), "tasks": [d.name for d in task_dirs],
+            "settings": settings.model_dump(), "losses": losses, "teacher_rewards": rewards,
+            "record_s": round(record_s, 1), "finetune_s": round(finetune_s, 1)}
+    (work / MARKER).write_text(json.dumps(meta, indent=2))
+    shutil.rmtree(out, ignore_errors=True)
+    work.rename(out)
+    return SftResult(model_dir=out, cached=False, record_s=record_s, finetune_s=finetune_s, losses=losses,
+                     teacher_rewards=rewards)
