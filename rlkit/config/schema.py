@@ -101,6 +101,13 @@ class Trainer(StrEnum):
     LOCAL = "local"
 
 
+class TamperPolicy(StrEnum):
+    """What a trial flagged `tamper_suspect` trains with (its tests never ran: reward 0)."""
+
+    ZERO = "zero"
+    MASK = "mask"
+
+
 class ResumeMode(StrEnum):
     AUTO = "auto"
     DISABLE = "disable"
@@ -161,6 +168,9 @@ class RunConfig(BaseModel):
     MAX_PROMPT: int = key(30000, "Maximum prompt tokens.", R)
     MAX_RESP: int = key(170000, "Maximum response tokens (whole trajectory); MAX_PROMPT + MAX_RESP must fit the "
                                 "model context.", R)
+    TAMPER_POLICY: TamperPolicy = key(TamperPolicy.ZERO, "A trial whose agent left files that can steer its tests "
+                                      "(tamper_suspect) gets reward 0: zero trains on it, so the policy learns "
+                                      "not to; mask leaves it out of training. Counted either way.", R)
     LR: float = key(1e-6, "Actor learning rate.", R)
     KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)
     TOTAL_EPOCHS: int = key(30, "Passes over TRAIN_FILES.", R)
