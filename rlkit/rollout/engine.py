@@ -64,6 +64,8 @@ class EngineConfig(BaseModel):
     max_turns: int | None = Field(default=None, ge=1)
     sampling: dict[str, Any] = Field(default_factory=dict,
                                      description="sampling overrides forced on every session (POST /s/<sid>/sampling)")
+    tamper_policy: Literal["zero", "mask"] = Field(
+        default="zero", description="a tamper_suspect trial (reward 0) is trained on (zero) or masked (TAMPER_POLICY)")
     use_index_image: bool = Field(default=True, description="run the index row's image (no builds during a step)")
     environment_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra sandbox backend options")
 
@@ -77,6 +79,7 @@ class EngineConfig(BaseModel):
             "max_sandboxes": cfg.MAX_SANDBOXES, "project": cfg.PROJECT_NAME or "default",
             "experiment": cfg.EXP_NAME or "default", "trials_root": output / TRIALS_DIR,
             "model_name": model_name, "proxy_url": proxy_url, "max_response_tokens": cfg.MAX_RESP,
+            "tamper_policy": str(cfg.TAMPER_POLICY),
         }
         return cls(**{**values, **overrides})
 
@@ -207,11 +210,12 @@ class RolloutEngine:
         segments = [TokenSegment.from_proxy(s) for s in (record or {}).get("segments") or []]
         final = classify(outcome.reason, outcome.reward, record)
         tokens = any(any(s.response_mask) for s in segments)
+        tamper_masked = final is Outcome.TAMPER_SUSPECT and self.config.tamper_policy == "mask"
         detail = f"{outcome.exception_type}: {outcome.exception_message or ''}"[:2000] if outcome.exception_type \
             else None
         return TrialRecord(
             uid=uid, task_id=row.task_id, session=outcome.session, outcome=final,
-            reward=outcome.reward if not final.masked else 0.0, masked=final.masked or not tokens,
+            reward=0.0 if final.masked or final is Outcome.TAMPER_SUSPECT else outcome.reward, masked=final.masked or not tokens or tamper_masked,
             segments=segments, num_turns=sum(s.num_turns for s in segments),
             num_breaks=int((record or {}).get("num_breaks") or 0),
             parse_failures=int((record or {}).get("parse_failures") or 0),

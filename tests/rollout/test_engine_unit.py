@@ -148,3 +148,14 @@ def test_pass_rates_and_difficulty_filter():
     assert [r.task_id for r in difficulty_filter(rated)] == ["merge-intervals"]
     assert [r.task_id for r in difficulty_filter(rated, 0.5, 1.0, inclusive=True)] == ["merge-intervals",
                                                                                        "median-even-length"]
+
+
+@pytest.mark.parametrize("policy, masked", [("zero", False), ("mask", True)])
+def test_tamper_suspect_gets_no_reward_and_follows_the_tamper_policy(tmp_path: Path, policy: str, masked: bool):
+    from rlkit.rollout.trial import TrialOutcome
+
+    engine = RolloutEngine(EngineConfig(agent="oracle", trials_root=tmp_path, tamper_policy=policy))
+    outcome = TrialOutcome(task_id="merge-intervals", session="s", reward=1.0, reason=O.TAMPER_SUSPECT)
+    segment = {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-0.1]}
+    record = engine._record(_row("merge-intervals"), "0:0:a", outcome, {"segments": [segment]}, attempts=1)
+    assert (record.outcome, record.reward, record.masked) == (O.TAMPER_SUSPECT, 0.0, masked)
