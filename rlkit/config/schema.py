@@ -18,7 +18,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from rlkit.config.ranges import rule_for
 
 
 class Layer(StrEnum):
@@ -225,6 +227,16 @@ class RunConfig(BaseModel):
     RLKIT_CACHE_DIR: str = key("~/.cache/rlkit", "Cache of slow check verdicts (the tool-call parser probe).", P,
                                path=True)
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every key's real range (rlkit/config/ranges.py): ports, counts, fractions, finite floats, clean text."""
+        rule = key_rule(info.field_name or "")
+        problem = rule.check(value) if rule is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("LOGGER")
     @classmethod
     def _known_loggers(cls, value: str) -> str:
@@ -267,11 +279,22 @@ def default_text(name: str) -> str:
     return str(value.value if isinstance(value, StrEnum) else value)
 
 
+def key_rule(name: str):
+    """The range rule of a key (None for enums and booleans, whose values are their range)."""
+    field = RunConfig.model_fields.get(name)
+    if field is None:
+        return None
+    extra = field.json_schema_extra
+    return rule_for(name, field.annotation, bool(isinstance(extra, dict) and extra.get("path")))
+
+
 def type_name(name: str) -> str:
     annotation = FIELDS[name].annotation
     if isinstance(annotation, type) and issubclass(annotation, StrEnum):
         return " | ".join(m.value for m in annotation)
-    return getattr(annotation, "__name__", str(annotation))
+    rule = key_rule(name)
+    base = getattr(annotation, "__name__", str(annotation))
+    return f"{base}, {rule.text()}" if rule is not None else base
 
 
 PROCESS_KEYS: tuple[str, ...] = tuple(k for k in KEYS if Layer.PROCESS in key_layers(k))

@@ -108,7 +108,6 @@ def test_parallelism(ws) -> None:
     ({"TRAIN_BSZ": 3, "MINI_BSZ": 3, "N_RESP": 3}, "MINI_BSZ"),  # 9 trajectories over 2 ranks
     ({"N_RESP": 1, "MINI_BSZ": 2}, "N_RESP"),
     ({"TRAINING_MODE": "async", "NNODES": 2, "N_NODES_ROLLOUT": 1, "TRAIN_BSZ": 8, "MINI_BSZ": 2}, "PARAM_SYNC_STEPS"),
-    ({"TRAIN_BSZ": 0}, "TRAIN_BSZ"),
 ])
 def test_batch_fatal(ws, over: dict, key: str) -> None:
     report = ws.preflight(ws.config(**over), only=["batch"])

@@ -1,0 +1,165 @@
+"""The real range of every config key, checked when the config is typed.
+
+`RunConfig` validates each key against `rule_for(key)`: an explicit rule from RULES, else
+the default of its type (ints bounded, floats finite, text bounded and free of control
+characters, paths also with bounded components). Rules never format the value itself
+(a 5,000-digit integer cannot even be printed), and their text goes into the docs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+INT_MAX = 2**31 - 1
+TEXT_MAX = 4096
+PATH_MAX = 4096
+NAME_MAX = 255  # bytes of one path component on every common filesystem
+
+
+@dataclass(frozen=True)
+class IntRange:
+    lo: int
+    hi: int = INT_MAX
+
+    def check(self, value: int) -> str | None:
+        if self.lo <= value <= self.hi:
+            return None
+        if self.hi == INT_MAX:
+            return f"must be at least {self.lo}" if value < self.lo else f"must be at most {self.hi}"
+        return f"must be in {self.lo}..{self.hi}"
+
+    def text(self) -> str:
+        return f"{self.lo}..{self.hi}" if self.hi != INT_MAX else f">= {self.lo}"
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+
+    def check(self, value: float) -> str | None:
+        if not math.isfinite(value):
+            return "must be a finite number (not nan or inf)"
+        if value < self.lo or (self.lo_open and value == self.lo) or value > self.hi:
+            return f"must be in {self.text()}"
+        return None
+
+    def text(self) -> str:
+        if self.lo == -math.inf and self.hi == math.inf:
+            return "finite"
+        left = "(" if self.lo_open else "["
+        hi = "" if self.hi == math.inf else f"{self.hi:g}"
+        return f"{left}{self.lo:g}, {hi}]" if hi else f"{'>' if self.lo_open else '>='} {self.lo:g}"
+
+
+def control_char(text: str) -> str | None:
+    """The first control / line-separator character in `text`, as U+XXXX (None when clean)."""
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in "\ufeff":
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+@dataclass(frozen=True)
+class TextRule:
+    max_len: int = TEXT_MAX
+    kind: str = "text"  # text | path | host | docker_host | namespace
+
+    def check(self, value: str) -> str | None:
+        if len(value) > self.max_len:
+            return f"is {len(value)} characters long; at most {self.max_len}"
+        bad = control_char(value)
+        if bad:
+            return f"contains the control character {bad}"
+        return getattr(self, f"_{self.kind}")(value)
+
+    def _text(self, value: str) -> str | None:
+        return None
+
+    def _path(self, value: str) -> str | None:
+        for part in value.split("/"):
+            if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
+                return f"has a path component longer than {NAME_MAX} bytes"
+        return None
+
+    def _host(self, value: str) -> str | None:
+        if not value:
+            return None
+        try:
+            ipaddress.ip_address(value)
+            return None
+        except ValueError:
+            pass
+        if re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                        r"[A-Za-z0-9])?)*\.?", value) and len(value) <= 253:
+            return None
+        return "is neither an IP address nor a host name (ASCII letters, digits, '-' and '.')"
+
+    def _docker_host(self, value: str) -> str | None:
+        url = urlparse(value)
+        if url.scheme not in ("unix", "tcp", "http", "https", "ssh", "npipe"):
+            return "must be unix:///path, tcp://host:port, http(s)://host:port or ssh://host"
+        if url.scheme == "unix":
+            return None if url.path else "unix:// needs a socket path"
+        try:
+            port = url.port
+        except ValueError:
+            return "has a port outside 1..65535"
+        if port is not None and not 1 <= port <= 65535:
+            return "has a port outside 1..65535"
+        host = url.hostname or ""
+        return self._host(host) if host else "names no host"
+
+    def _namespace(self, value: str) -> str | None:
+        if re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", value):
+            return None
+        return "must be a kubernetes name: lower-case letters, digits and '-', at most 63"
+
+    def text(self) -> str:
+        extra = {"text": "", "path": ", path", "host": ", IP or host name", "docker_host": ", docker URL",
+                 "namespace": ", DNS label"}[self.kind]
+        return f"<= {self.max_len} chars{extra}"
+
+
+PORT = IntRange(1, 65535)
+COUNT = IntRange(1)
+COUNT0 = IntRange(0)
+FREQ = IntRange(-1)  # -1: never
+FRACTION = FloatRange(0.0, 1.0, lo_open=True)
+
+RULES: dict[str, IntRange | FloatRange | TextRule] = {
+    "NNODES": COUNT, "N_NODES_TRAIN": COUNT, "N_NODES_ROLLOUT": COUNT0, "SP_SIZE": COUNT, "EP_SIZE": COUNT,
+    "ROLLOUT_TP": COUNT, "TRAIN_BSZ": COUNT, "N_RESP": COUNT, "MINI_BSZ": COUNT, "MAX_PROMPT": COUNT,
+    "MAX_RESP": COUNT, "TOTAL_EPOCHS": COUNT, "TOTAL_STEPS": COUNT0, "TRAINER_SAVE_FREQ": FREQ,
+    "TRAINER_TEST_FREQ": FREQ, "PARAM_SYNC_STEPS": COUNT, "MAX_OFF_POLICY": COUNT0, "GPUS_PER_NODE": COUNT,
+    "MAX_SANDBOXES": COUNT, "NODE_WAIT_S": COUNT0, "REPLICA_WAIT_S": COUNT0,
+    "RAY_PORT": PORT, "PROXY_PORT": PORT, "DASHBOARD_PORT": PORT,
+    "ROLLOUT_GPU_MEM": FRACTION, "LR": FloatRange(0.0, 1.0, lo_open=True), "KL_LOSS_COEF": FloatRange(0.0),
+    "PROJECT_NAME": TextRule(128), "EXP_NAME": TextRule(128),
+    "RAY_HEAD_ADDRESS": TextRule(253, "host"), "NODE_IP": TextRule(253, "host"), "PROXY_HOST": TextRule(253, "host"),
+    "DOCKER_HOST": TextRule(PATH_MAX, "docker_host"), "K8S_NAMESPACE": TextRule(63, "namespace"),
+}
+DEFAULT_INT = IntRange(-INT_MAX, INT_MAX)
+DEFAULT_FLOAT = FloatRange()
+DEFAULT_TEXT = TextRule()
+DEFAULT_PATH = TextRule(PATH_MAX, "path")
+
+
+def rule_for(name: str, annotation: object, path: bool) -> IntRange | FloatRange | TextRule | None:
+    if name in RULES:
+        return RULES[name]
+    if annotation is bool:
+        return None
+    if annotation is int:
+        return DEFAULT_INT
+    if annotation is float:
+        return DEFAULT_FLOAT
+    if annotation is str:
+        return DEFAULT_PATH if path else DEFAULT_TEXT
+    return None  # enums: their members are the range
