@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cleanup": ("rlkit.cli.cleanup", "remove labelled sandboxes (and, later, stale Ray/vLLM processes)"),
     "proxy": ("rlkit.cli.proxy", "serve the token-recording proxy in front of vLLM"),
     "model": ("rlkit.cli.model", "embedded default model: `rlkit model tiny OUT_DIR`"),
+    "sft": ("rlkit.cli.sft", "warm start: fine-tune the policy on teacher trajectories (cached)"),
 }
 
 

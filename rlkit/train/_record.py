@@ -33,24 +33,39 @@ def record_teacher(task_dirs: list[Path], model_dir: Path, trials_dir: Path, *, 
                    max_concurrency: int = 2, max_turns: int = 4, max_model_len: int = 16384,
                    log: Callable[[str], None] = print) -> list[TrialRecord]:
     """One teacher trial per task; records in task order (failed trials included, with their reward)."""
-    from rlkit.proxy import BackgroundProxy, ProxyConfig
-    from rlkit.rollout.trial import TrialSpec, run_trials
-    from rlkit.scaffolds import ScaffoldRun, get_scaffold
     from rlkit.train._teacher import TeacherScript, TeacherServer
 
     build_images(task_dirs)
-    adapter = get_scaffold(scaffold)
     script = TeacherScript.from_task_dirs(task_dirs)
-    with TeacherServer(model_dir, script, served_model_name=SERVED_NAME, max_model_len=max_model_len) as teacher, \
-            BackgroundProxy(ProxyConfig(model_path=str(model_dir), upstreams=[teacher.url], port=0,
-                                        served_model_name=SERVED_NAME, max_model_len=max_model_len)) as proxy:
+    with TeacherServer(model_dir, script, served_model_name=SERVED_NAME, max_model_len=max_model_len) as teacher:
+        return run_scaffold_trials(task_dirs, model_dir, teacher.url, trials_dir, scaffold=scaffold,
+                                   max_concurrency=max_concurrency, max_turns=max_turns,
+                                   max_model_len=max_model_len, label="teacher", log=log)
+
+
+def run_scaffold_trials(task_dirs: list[Path], model_dir: Path, upstream: str, trials_dir: Path, *,
+                        scaffold: str = "terminus", samples: int = 1, max_concurrency: int = 2,
+                        max_turns: int = 4, max_model_len: int = 16384, temperature: float = 1.0,
+                        max_response_tokens: int | None = None, label: str = "trial",
+                        log: Callable[[str], None] = print) -> list[TrialRecord]:
+    """`samples` trials per task through the real proxy (upstream: vLLM or the teacher) and scaffold."""
+    from rlkit.proxy import BackgroundProxy, ProxyConfig
+    from rlkit.rollout.trial import TrialSpec, run_trials
+    from rlkit.scaffolds import ScaffoldRun, get_scaffold
+
+    adapter = get_scaffold(scaffold)
+    config = ProxyConfig(model_path=str(model_dir), upstreams=[upstream], port=0, served_model_name=SERVED_NAME,
+                         max_model_len=max_model_len, max_response_tokens=max_response_tokens,
+                         max_response_tokens_per_session=max_model_len // 2)
+    with BackgroundProxy(config) as proxy:
         specs = []
         for task_dir in task_dirs:
-            session = f"sft-{task_dir.name[:40]}-{uuid.uuid4().hex[:6]}"
-            run = ScaffoldRun(session=session, model=SERVED_NAME, proxy_url=proxy.url, max_turns=max_turns,
-                              temperature=1.0)
-            specs.append(TrialSpec(task_dir=task_dir, trials_dir=trials_dir, session=session,
-                                   **adapter.trial_fields(run, backend="docker")))
+            for _ in range(samples):
+                session = f"{label}-{task_dir.name[:40]}-{uuid.uuid4().hex[:6]}"
+                run = ScaffoldRun(session=session, model=SERVED_NAME, proxy_url=proxy.url, max_turns=max_turns,
+                                  temperature=temperature)
+                specs.append(TrialSpec(task_dir=task_dir, trials_dir=trials_dir, session=session,
+                                       **adapter.trial_fields(run, backend="docker")))
         outcomes = asyncio.run(run_trials(specs, max_concurrency=max_concurrency))
         records = []
         for spec, outcome in zip(specs, outcomes, strict=True):
@@ -63,7 +78,7 @@ def record_teacher(task_dirs: list[Path], model_dir: Path, trials_dir: Path, *, 
                 num_turns=sum(s.num_turns for s in segments), num_breaks=max(0, len(segments) - 1),
                 timings=outcome.timings, trial_dir=outcome.trial_dir,
                 detail=f"{outcome.exception_type}: {outcome.exception_message}" if outcome.exception_type else None))
-            log(f"  teacher {outcome.task_id}: reward {outcome.reward:g} ({reason.value}), "
+            log(f"  {label} {outcome.task_id}: reward {outcome.reward:g} ({reason.value}), "
                 f"{sum(len(s.prompt_ids) + len(s.response_ids) for s in segments)} tokens, "
                 f"{sum(sum(s.response_mask) for s in segments)} sampled")
     return records

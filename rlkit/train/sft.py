@@ -47,6 +47,8 @@ class SftSettings(BaseModel):
     seed: int = 0
     scaffold: str = "terminus"
     max_turns: int = 4
+    max_prompt: int = 4096   # MAX_PROMPT of the embedded config: rows are cut as the RL batch cuts them
+    max_response: int = 8192  # MAX_RESP
 
 
 class SftResult(BaseModel):
@@ -109,64 +111,63 @@ def cache_key(task_dirs: list[Path], model_dir: Path, settings: SftSettings) -> 
 
 # --- the fine-tune -------------------------------------------------------------------------
 
-def training_examples(records: list[TrialRecord]) -> list[tuple[str, list[int], list[int]]]:
-    """(task_id, ids, loss_mask) per segment of each passing, trainable record.
+def training_batch(records: list[TrialRecord], *, max_prompt: int, max_response: int, pad_id: int) -> Any:
+    """The passing teacher trajectories as the RL trainer's batch (`rlkit.train.batch`): one row per
+    segment, `response_mask` 1 only on tokens the model produced."""
+    from rlkit.train.batch import build_batch
 
-    The mask is 0 over the prompt and the response_mask over the response: the same tokens
-    the RL loss trains on."""
-    examples = []
-    for record in records:
-        if not record.trainable or record.reward < 1.0:
-            continue
-        for seg in record.segments:
-            examples.append((record.task_id, seg.prompt_ids + seg.response_ids,
-                             [0] * len(seg.prompt_ids) + list(seg.response_mask)))
-    return examples
+    passing = [r for r in records if r.trainable and r.reward >= 1.0]
+    return build_batch(passing, max_prompt=max_prompt, max_response=max_response, pad_id=pad_id)
 
 
-def masked_loss(model: Any, ids: list[int], mask: list[int]) -> Any:
-    """Mean next-token cross-entropy over positions whose target has mask 1."""
+def masked_loss(model: Any, batch: Any) -> Any:
+    """Token-mean cross-entropy of the batch's responses where `response_mask` is 1 (prompts,
+    tool output and terminal screens inserted between calls carry no loss)."""
     import torch
 
-    input_ids = torch.tensor([ids])
-    logits = model(input_ids=input_ids).logits[0, :-1]
-    targets = input_ids[0, 1:]
-    weights = torch.tensor(mask[1:], dtype=logits.dtype)
-    losses = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
-    return (losses * weights).sum() / weights.sum().clamp(min=1.0)
+    width = batch.prompt_width
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   position_ids=batch.position_ids).logits
+    # logits at position t predict token t + 1: the responses are predicted from width - 1 on
+    logits = logits[:, width - 1: width - 1 + batch.responses.shape[1]].float()
+    losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.responses, reduction="none")
+    mask = batch.response_mask
+    return (losses * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings: SftSettings,
              log: Callable[[str], None] = print) -> list[float]:
     """Fine-tune `base_dir` on the records' masked tokens; save an HF dir to `out_dir`. Mean loss per epoch."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    examples = training_examples(records)
-    if not examples:
+    pad_id = AutoTokenizer.from_pretrained(str(base_dir)).pad_token_id or 0
+    batch = training_batch(records, max_prompt=settings.max_prompt, max_response=settings.max_response,
+                           pad_id=pad_id)
+    if batch.rows == 0:
         raise UserError("no teacher trajectory passed its tests: nothing to fine-tune on",
                         fix="check the tasks' solution/solve.sh with `rlkit trial TASK --agent oracle`")
     torch.manual_seed(settings.seed)
     rng = random.Random(settings.seed)
-    tasks = sorted({t for t, _, _ in examples})
+    tasks = sorted(set(batch.uid.tolist()))
     full = set(rng.sample(tasks, max(1, round(len(tasks) * settings.task_fraction))))
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     losses = []
     for epoch in range(settings.epochs):
-        batch = [e for e in examples if e[0] in full or epoch == 0]
-        rng.shuffle(batch)
+        rows = [i for i in range(batch.rows) if batch.uid[i] in full or epoch == 0]
+        rng.shuffle(rows)
         total = 0.0
-        for _, ids, mask in batch:
-            loss = masked_loss(model, ids, mask)
+        for row in rows:
+            loss = masked_loss(model, batch.select([row]))
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             total += float(loss.detach())
-        losses.append(total / len(batch))
-        log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f} ({len(batch)} sequences)")
+        losses.append(total / len(rows))
+        log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f} ({len(rows)} sequences)")
     save_model(model, base_dir, out_dir)
     return losses
 

@@ -1,0 +1,62 @@
+"""`rlkit sft CFG | --model M --tasks T [--out DIR]`: warm-start a policy on teacher trajectories.
+
+Records one teacher trajectory per train task (the oracle fix replayed through the real
+scaffold, proxy and docker sandbox), fine-tunes the model on them with the RL loss's
+mask, and prints the directory of the result. Cached: a second call with the same tasks,
+model and settings returns at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _parser() -> argparse.ArgumentParser:
+    from rlkit.train.sft import SftSettings
+
+    defaults = SftSettings()
+    parser = argparse.ArgumentParser(prog="rlkit sft", description=__doc__.splitlines()[0])
+    parser.add_argument("config", nargs="?", metavar="CFG",
+                        help="run config: MODEL_PATH, TRAIN_FILES and SCAFFOLD come from it")
+    parser.add_argument("--model", help="base HF model dir (overrides MODEL_PATH)")
+    parser.add_argument("--tasks", help="task index .parquet (its train rows) or tasks dir (overrides TRAIN_FILES)")
+    parser.add_argument("--val-fraction", type=float, default=None,
+                        help="with a tasks dir: train on the train part of this seeded split")
+    parser.add_argument("--out", help="write the model here (default: <root>/.rlkit/models/sft-<hash>)")
+    parser.add_argument("--scaffold", default=None, help=f"default: SCAFFOLD or {defaults.scaffold}")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--task-fraction", type=float, default=defaults.task_fraction,
+                        help="share of tasks trained every epoch (the others once)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from rlkit.errors import UserError
+    from rlkit.train.sft import SftSettings, ensure_sft_model
+
+    args = _parser().parse_args(argv)
+    model, tasks, scaffold, root = args.model, args.tasks, args.scaffold, Path(".rlkit/models")
+    if args.config:
+        from rlkit.config.resolve import resolve
+
+        resolved = resolve(args.config)
+        model = model or str(resolved.path("MODEL_PATH") or resolved.config.MODEL_PATH)
+        tasks = tasks or str(resolved.path("TRAIN_FILES") or resolved.config.TRAIN_FILES)
+        scaffold = scaffold or str(getattr(resolved.config.SCAFFOLD, "value", resolved.config.SCAFFOLD))
+        root = resolved.root / ".rlkit" / "models"
+    if not model or not tasks:
+        raise UserError("rlkit sft needs a base model and train tasks", key="MODEL_PATH",
+                        fix="give a run config (rlkit sft CFG) or --model DIR --tasks DIR")
+    settings = SftSettings(epochs=args.epochs, lr=args.lr, task_fraction=args.task_fraction,
+                           **({"scaffold": scaffold} if scaffold else {}))
+    result = ensure_sft_model(model, tasks, root=root, settings=settings, val_fraction=args.val_fraction,
+                              out_dir=args.out)
+    if result.cached:
+        print(f"✓ warm-started model (cached): {result.model_dir}")
+    else:
+        print(f"✓ warm-started model: {result.model_dir}  (record {result.record_s:.0f}s, "
+              f"fine-tune {result.finetune_s:.0f}s, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f})")
+    return 0
