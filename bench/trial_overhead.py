@@ -7,7 +7,8 @@ Trial) so the two layers' costs can be told apart.
 
     python bench/trial_overhead.py [--reps 7] [--agent nop] [--network none]
 
-Goal: trial median ≤ 1.3× the floor median.
+Goal: trial median ≤ 1.3× the floor median; the verifier's tamper check < 5% of the raw
+sandbox lifecycle.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TRIVIAL = ROOT / "tests" / "rollout" / "data" / "trivial"
 IMAGE = "rlkit/base:bookworm"
+ORACLE_TASK = ROOT / "examples" / "tasks" / "merge-intervals"  # a real task: git, a patch, a project tree
 
 
 def floor_once(network: str) -> float:
@@ -68,6 +70,31 @@ async def sandbox_once(root: Path, network: str) -> dict[str, float]:
     return {"start": t1 - t0, "exec": t2 - t1, "remove": t3 - t2, "total": t3 - t0}
 
 
+async def tamper_check_once(root: Path, network: str) -> float:
+    """The verifier's tamper check (container diff + classify) on a sandbox an oracle has worked in."""
+    from rlkit.rollout.trial import TrialSpec, run_trial
+    from rlkit.sandbox import tamper
+
+    seconds: list[float] = []
+    snapshot = tamper.snapshot
+
+    async def timed(environment):  # the verifier's call, timed in place
+        started = time.perf_counter()
+        snap = await snapshot(environment)
+        if snap is not None:
+            tamper.classify(snap.changes, snap.workdir)
+        seconds.append(time.perf_counter() - started)
+        return snap
+
+    tamper.snapshot = timed
+    try:
+        await run_trial(TrialSpec(task_dir=ORACLE_TASK, agent="oracle", trials_dir=root,
+                                  environment_kwargs={"network": network}))
+    finally:
+        tamper.snapshot = snapshot
+    return seconds[0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
@@ -79,7 +106,7 @@ def main() -> int:
 
     ensure_dockerd()
     floor_once(args.network)  # warm the image and daemon caches
-    floors, walls, raws, blocks = [], [], [], []
+    floors, walls, raws, blocks, tampers = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp:
         root = Path(tmp)
         asyncio.run(trial_once(root, args.agent, args.network))  # warm imports
@@ -89,6 +116,7 @@ def main() -> int:
             walls.append(wall)
             blocks.append(timings)
             raws.append(asyncio.run(sandbox_once(root, args.network)))
+            tampers.append(asyncio.run(tamper_check_once(root, args.network)))
 
     def med(values: list[float]) -> float:
         return statistics.median(values)
@@ -104,6 +132,9 @@ def main() -> int:
         print(f"         {key:<18} median {med(values):.3f}s")
     print(f"ratio  raw sandbox / floor = {med([r['total'] for r in raws]) / floor:.2f}x")
     print(f"ratio  trial / floor       = {med(walls) / floor:.2f}x   (goal <= 1.3x)")
+    raw = med([r["total"] for r in raws])
+    print(f"tamper check (diff + classify, after an oracle on {ORACLE_TASK.name}) median {med(tampers):.4f}s "
+          f"= {100 * med(tampers) / raw:.1f}% of the raw sandbox lifecycle (goal < 5%)")
     return 0
 
 

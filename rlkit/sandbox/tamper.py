@@ -1,7 +1,7 @@
 """Sandbox tamper check: which changes to a sandbox's filesystem can steer its verifier.
 
 After the agent's turn and before the tests run, the sandbox is compared with its image
-(docker: the Engine's container diff; k8s: `find -newerct <container start>` in the pod)
+(docker: the container's overlay upper layer, else the Engine's container diff; k8s: `find -newerct <container start>` in the pod)
 and the changed paths are classified here. Flagged are changes that can change how a
 task's own tests run, rather than what they test:
 
@@ -22,8 +22,10 @@ agent may install what a task needs. Bytecode caches added under the interpreter
 
 from __future__ import annotations
 
-import asyncio
+import os
+import posixpath
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -172,7 +174,7 @@ class Snapshot:
 
     changes: list[Change]
     workdir: str | None
-    source: str  # "docker-diff" | "k8s-find"
+    source: str  # "overlay-upper" | "docker-diff" | "k8s-find"
 
 
 async def snapshot(environment: Any) -> Snapshot | None:
@@ -185,9 +187,12 @@ async def snapshot(environment: Any) -> Snapshot | None:
 
         api = api_client()
         container = environment.container_id
-        entries, info = await asyncio.gather(run_blocking(api.diff, container),
-                                             run_blocking(api.inspect_container, container))
+        info = await run_blocking(api.inspect_container, container)
         workdir = (info.get("Config") or {}).get("WorkingDir") or "/"
+        changes = await run_blocking(overlay_changes, info.get("GraphDriver") or {})
+        if changes is not None:
+            return Snapshot(changes, workdir, "overlay-upper")
+        entries = await run_blocking(api.diff, container)
         return Snapshot(from_docker_diff(entries), workdir, "docker-diff")
     if environment.type() == "rlkit-k8s" and environment.pod_name:
         since = await run_blocking(_container_started_epoch, environment.core_api, environment.pod_name,
@@ -196,6 +201,32 @@ async def snapshot(environment: Any) -> Snapshot | None:
         workdir, changes = from_find_output(result.stdout or "")
         return Snapshot(changes, workdir, "k8s-find")
     return None
+
+
+def overlay_changes(graph_driver: dict[str, Any]) -> list[Change] | None:
+    """A container's changes read straight from its overlay2 upper layer (what `docker diff`
+    computes, without the daemon walking the whole image: that takes ~1 s when dockerd runs
+    overlay2 in its naive-diff mode). None when the layer is not on this host's disk."""
+    data = graph_driver.get("Data") or {}
+    upper = data.get("UpperDir") or ""
+    if graph_driver.get("Name") != "overlay2" or not upper or not os.path.isdir(upper):
+        return None
+    lowers = [p for p in (data.get("LowerDir") or "").split(":") if p]
+    changes: list[Change] = []
+    for dirpath, dirnames, filenames in os.walk(upper):
+        rel = dirpath[len(upper):] or "/"
+        for name in (*dirnames, *filenames):
+            path = posixpath.join(rel, name)
+            try:
+                info = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:  # overlay's whiteout: deleted
+                kind: ChangeKind = "D"
+            else:
+                kind = "C" if any(os.path.lexists(lower + path) for lower in lowers) else "A"
+            changes.append(Change(path, kind))
+    return changes
 
 
 def _container_started_epoch(core_api: Any, pod: str, namespace: str) -> int | None:

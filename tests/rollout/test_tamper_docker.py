@@ -72,7 +72,7 @@ def test_steering_agents_get_tamper_suspect_and_no_reward(base_image, tmp_path: 
         assert (outcome.reason, outcome.reward, outcome.rewards) == ("tamper_suspect", 0.0, {}), (name, outcome)
         assert outcome.exception_type == "TamperSuspectError"
         record = _changes(outcome)
-        assert record["suspect"] and record["source"] == "docker-diff" and record["workdir"] == "/app"
+        assert record["suspect"] and record["source"] == "overlay-upper" and record["workdir"] == "/app"
         assert [(f["path"].endswith(path), f["rule"]) for f in record["findings"]] == [(True, rule)], record
         assert not (outcome.trial_dir / "verifier" / "test-stdout.txt").exists()  # the tests never ran
     honest = outcomes["oracle"]

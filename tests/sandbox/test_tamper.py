@@ -115,3 +115,33 @@ def test_k8s_snapshot_finds_changes_since_the_container_started():
 
 def test_a_foreign_backend_is_not_checked():
     assert asyncio.run(snapshot(SimpleNamespace(type=lambda: "user-backend"))) is None
+
+
+@pytest.mark.docker
+def test_overlay_upper_layer_gives_what_docker_diff_gives(base_image):
+    """The fast path reads the container's upper layer; the Engine's own diff is the reference."""
+    import time
+
+    from rlkit.sandbox.docker_api import api_client
+    from rlkit.sandbox.tamper import overlay_changes
+
+    api = api_client()
+    script = ("mkdir -p /app && echo x > /app/new && echo y >> /etc/hostname.bak; rm -f /etc/motd /etc/issue; "
+              "touch /usr/bin/zz /conftest.py; mkdir -p /usr/lib/python3/dist-packages/d && touch "
+              "/usr/lib/python3/dist-packages/d/a.pth; echo done; sleep 60")
+    container = api.create_container(base_image, command=["bash", "-c", script], labels={"rlkit.test": "tamper"},
+                                     host_config=api.create_host_config(network_mode="none"))
+    try:
+        api.start(container)
+        for _ in range(100):
+            if b"done" in api.logs(container):
+                break
+            time.sleep(0.1)
+        changes = overlay_changes(api.inspect_container(container)["GraphDriver"])
+        if changes is None:
+            pytest.skip("the daemon's storage is not overlay2 on this host")
+        expected = from_docker_diff(api.diff(container))
+        assert sorted(changes, key=lambda c: c.path) == sorted(expected, key=lambda c: c.path)
+        assert Change("/etc/motd", "D") in changes and Change("/conftest.py", "A") in changes
+    finally:
+        api.remove_container(container, force=True)
