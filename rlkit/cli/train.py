@@ -2,19 +2,56 @@
 
   PREFLIGHT_ONLY=1  resolve, print the run configuration block and Run Validation; launch nothing.
   DRY_RUN=1         print the fully expanded launch commands (after the static checks); launch nothing.
-  neither           preflight, then run. The training loop is not part of rlkit yet: exits 3.
+  neither           preflight, then run the trainer TRAINER names:
+                      local  the embedded trainer on this machine (rlkit.train.local)
+                      verl   the cluster path (verl main_ppo on Ray)
 
-Exit codes: 0 fine, 1 a FATAL finding, 2 the config could not be read, 3 training unavailable.
+Exit codes: 0 fine, 1 a FATAL finding or a failed run, 2 the config could not be read,
+3 the chosen trainer is not available, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rlkit.cli.check import parse
 
+if TYPE_CHECKING:
+    from rlkit.config.resolve import ResolvedConfig
+
 EXIT_FATAL = 1
 EXIT_NO_TRAINER = 3
+EXIT_INTERRUPTED = 130
+
+# TRAINER value -> "module:function(resolved) -> exit code". The verl path registers here.
+RUNNERS: dict[str, str] = {
+    "local": "rlkit.train.local:train_local",
+}
+
+
+def run_trainer(resolved: ResolvedConfig) -> int:
+    from rlkit.errors import RlkitError, UserError
+    from rlkit.registry import import_string
+
+    name = resolved.config.TRAINER.value
+    target = RUNNERS.get(name)
+    if target is None:
+        print(f"\nPreflight passed. TRAINER={name} is not available in this version of rlkit yet; nothing was "
+              "launched. Use TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / DRY_RUN=1.",
+              file=sys.stderr)
+        return EXIT_NO_TRAINER
+    try:
+        return int(import_string(target)(resolved))  # type: ignore[operator]
+    except KeyboardInterrupt:
+        print("\ninterrupted: sandboxes, Ray and vLLM were stopped; the same command resumes from the last "
+              "checkpoint", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except UserError:
+        raise  # rlkit.cli.main renders it with its fix
+    except RlkitError as exc:
+        print(f"\n✗ FATAL {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FATAL
 
 
 def main(argv: list[str]) -> int:
@@ -45,6 +82,5 @@ def main(argv: list[str]) -> int:
         print(build_plan(report.resolved).render())
     if switches.PREFLIGHT_ONLY or switches.DRY_RUN:
         return 0
-    print("\nPreflight passed. The training loop is not available in this version of rlkit yet; nothing was "
-          "launched. Use PREFLIGHT_ONLY=1 or DRY_RUN=1.", file=sys.stderr)
-    return EXIT_NO_TRAINER
+    print(flush=True)
+    return run_trainer(report.resolved)

