@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 DEFAULT_MAX_MODEL_LEN = 32768
@@ -20,6 +21,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sandboxes", type=int, default=4, help="trials at once (default 4)")
     parser.add_argument("--project", default="rollout", help="project name of harbor_trials/<project>/...")
     parser.add_argument("--experiment", default=None, help="experiment name (default: the index file's stem)")
+    parser.add_argument("--upstream", default=None,
+                        help="URL of a vLLM server already serving the model: only the proxy is started")
+    parser.add_argument("--served-model-name", default=None, help="the model's name on --upstream")
     parser.add_argument("--tool-call-parser", default="qwen3_coder", help="TOOL_CALL_PARSER of the model")
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN, help="vLLM context window")
     parser.add_argument("--max-call-tokens", type=int, default=None, help="response tokens per model call")
@@ -41,11 +45,23 @@ def inference_for(model_path: str | None, args: argparse.Namespace, log_dir: Pat
     if model_path is None:
         yield None
         return
-    from rlkit.launch.inference import InferenceConfig, inference
+    if args.upstream:
+        from rlkit.proxy import ProxyConfig
+        from rlkit.proxy.server import BackgroundProxy
 
-    config = InferenceConfig(model_path=model_path, tool_call_parser=args.tool_call_parser,
-                             max_model_len=args.max_model_len, max_response_tokens=args.max_call_tokens,
-                             exp_name=args.experiment or "rollout", log_dir=log_dir)
+        config = ProxyConfig(model_path=model_path, upstreams=[args.upstream], port=0,
+                             served_model_name=args.served_model_name, tool_call_parser=args.tool_call_parser,
+                             max_model_len=args.max_model_len, max_response_tokens=args.max_call_tokens)
+        with BackgroundProxy(config) as proxy:
+            yield SimpleNamespace(proxy_url=proxy.url, model_name=args.served_model_name or model_path,
+                                  vllm_url=args.upstream)
+        return
+    from rlkit.launch.inference import InferenceConfig, inference, model_context_window
+
+    window = min(args.max_model_len, model_context_window(model_path) or args.max_model_len)
+    config = InferenceConfig(model_path=model_path, tool_call_parser=args.tool_call_parser, max_model_len=window,
+                             max_response_tokens=args.max_call_tokens, exp_name=args.experiment or "rollout",
+                             log_dir=log_dir, served_model_name=args.served_model_name or "policy")
     with inference(config) as stack:
         yield stack
 
