@@ -7,7 +7,10 @@ which the resolver expands across layers. Command substitution `$(...)`, backtic
 bare `$NAME` are rejected with a fix, so nothing in a config can run.
 
 Every error names the file, the line, the key and the fix; the reader collects them
-all instead of stopping at the first one.
+all instead of stopping at the first one. Lines end at `\n` only (a trailing `\r` of a
+CRLF file is dropped), so line numbers match every editor; any other control character
+in a setting is an error naming it. A UTF-8 byte-order mark is skipped with a note.
+Errors never quote the value of a key listed in `secret_keys`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, clip, read_bytes
+from rlkit.config.ranges import control_char
 from rlkit.errors import ConfigError
 
 KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -43,6 +48,8 @@ class EnvFile:
     entries: list[Entry] = field(default_factory=list)
     errors: list[ConfigError] = field(default_factory=list)
     duplicates: list[tuple[Entry, Entry]] = field(default_factory=list)  # (earlier, later)
+    notes: list[ConfigError] = field(default_factory=list)  # harmless oddities (a byte-order mark)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (key, raw value) of lines with an error
 
     def as_dict(self) -> dict[str, Entry]:
         return {e.key: e for e in self.entries}
@@ -123,6 +130,10 @@ def parse_value(raw: str, path: str, lineno: int, key: str) -> tuple[str, bool] 
     for bad in ("'", '"'):
         if bad in value:
             return _error(f"stray {bad} inside an unquoted value", "quote the whole value", path, lineno, key)
+    hash_at = value.find("#")
+    if hash_at > 0 and re.search(r"\s", value[hash_at:]) and not re.search(r"\s", value[:hash_at]):
+        return _error("'#' starts a comment only after whitespace, so this value runs on into the comment",
+                      f"put a space before '#': {key}={value[:hash_at]} #{value[hash_at + 1:]}", path, lineno, key)
     if re.search(r"\s", value):
         return _error("unquoted value contains whitespace", f'quote it: {key}="{value}"', path, lineno, key)
     for bad in (";", "|", "&", "<", ">"):
@@ -132,58 +143,101 @@ def parse_value(raw: str, path: str, lineno: int, key: str) -> tuple[str, bool] 
     return re.sub(r"\\([\\$`])", r"\1", value), False
 
 
-def parse_env_text(text: str, path: str) -> EnvFile:
+def _lines(text: str) -> list[str]:
+    """Lines split at \\n only (str.splitlines also splits at \\f, \\v, \\x85, \\u2028 and a lone \\r)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def _redact(message: str, fix: str, secret: bool) -> tuple[str, str]:
+    if not secret:
+        return message, fix
+    return message.split(":", 1)[0] + " (value hidden: a secret)", fix.split(":", 1)[0]
+
+
+def parse_env_text(text: str, path: str, secret_keys: frozenset[str] = frozenset()) -> EnvFile:
     result = EnvFile(path=path)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+        result.notes.append(_error("the file starts with a UTF-8 byte-order mark (skipped)",
+                                   "save it as UTF-8 without a BOM (most editors: 'UTF-8', not 'UTF-8 with BOM')",
+                                   path, 1))
     seen: dict[str, Entry] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+    for lineno, line in enumerate(_lines(text), start=1):
+        stripped = line.strip(" \t")
+        if not stripped or stripped.isspace() or stripped.startswith("#"):
             continue
         if stripped.startswith("export "):
-            stripped = stripped[len("export "):].lstrip()
-        if "=" not in stripped:
-            word = stripped.split()[0]
-            result.errors.append(_error(f"not a KEY=VALUE line: {stripped[:60]!r}",
-                                        "configs hold only KEY=VALUE lines and # comments (nothing is run)",
-                                        path, lineno, word if KEY_RE.fullmatch(word) else None))
+            stripped = stripped[len("export "):].lstrip(" \t")
+        name, eq, raw = stripped.partition("=")
+        word = (name if eq else stripped).split()[0] if (name if eq else stripped).split() else ""
+        guessed = word if KEY_RE.fullmatch(word) else None
+        secret = guessed in secret_keys
+        bad = control_char(stripped.replace("\t", " "))  # tabs are whitespace here
+        if bad:
+            result.errors.append(_error(f"control character {bad} in the line", "delete it (values are plain "
+                                        "text on one line; a file saved with old Mac line ends has lone \\r)",
+                                        path, lineno, guessed))
+            if guessed:
+                result.rejected.append((guessed, raw))
             continue
-        name, _, raw = stripped.partition("=")
+        if not eq:
+            shown = f"{guessed} ..." if secret else clip(stripped, 60)
+            result.errors.append(_error(f"not a KEY=VALUE line: {shown!r}",
+                                        "configs hold only KEY=VALUE lines and # comments (nothing is run)",
+                                        path, lineno, guessed))
+            if guessed:
+                result.rejected.append((guessed, stripped[len(word):]))
+            continue
         if name != name.rstrip():
-            result.errors.append(_error(f"space before '=' in {name.strip()!r}", f"write {name.strip()}=VALUE",
-                                        path, lineno, name.strip()))
+            result.errors.append(_error(f"space before '=' in {clip(name.strip(), 60)!r}",
+                                        f"write {clip(name.strip(), 60)}=VALUE", path, lineno, guessed))
+            if guessed:
+                result.rejected.append((guessed, raw))
             continue
         if not KEY_RE.fullmatch(name):
-            result.errors.append(_error(f"invalid key name {name!r}", "keys are letters, digits and _ "
+            result.errors.append(_error(f"invalid key name {clip(name, 60)!r}", "keys are letters, digits and _ "
                                         "(not starting with a digit)", path, lineno, None))
             continue
         if raw[:1].isspace():
             result.errors.append(_error("space after '='", f"write {name}=VALUE (quote values with spaces)",
                                         path, lineno, name))
+            result.rejected.append((name, raw))
             continue
         parsed = parse_value(raw, path, lineno, name)
         if isinstance(parsed, ConfigError):
+            parsed.message, parsed.fix = _redact(parsed.message, parsed.fix, secret)
+            if not secret:
+                parsed.message, parsed.fix = clip(parsed.message, 240), clip(parsed.fix, 240)
             result.errors.append(parsed)
+            result.rejected.append((name, raw))
             continue
         entry = Entry(name, parsed[0], path, lineno, literal=parsed[1])
         if name in seen:
-            result.duplicates.append((seen[name], entry))
-            result.entries = [e for e in result.entries if e.key != name]
+            result.duplicates.append((seen.pop(name), entry))  # the later line wins, at its own place
         seen[name] = entry
-        result.entries.append(entry)
+    result.entries = list(seen.values())
     return result
 
 
-def read_env_file(path: str | Path, display: str | None = None) -> EnvFile:
-    """`display` is the name errors and provenance use (default: the path as given)."""
+def read_env_file(path: str | Path, display: str | None = None,
+                  secret_keys: frozenset[str] = frozenset()) -> EnvFile:
+    """`display` is the name errors and provenance use (default: the path as given).
+
+    Any file that cannot be read as UTF-8 text raises ConfigError naming it (and the line and
+    byte offset of the first undecodable byte)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {p}", fix="check the path (relative paths are from the "
-                          "current directory)", file=str(p)) from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p} is a directory, not a config file", fix="pass the .env file", file=str(p)) from None
+        data = read_bytes(p)
+    except FileReadError as exc:
+        fix = {"does not exist": "check the path (relative paths are from the current directory)",
+               "is a directory, not a file": "pass the .env file"}.get(exc.reason, "pass a readable .env file")
+        message = f"config file not found: {exc.file}" if exc.reason == "does not exist" else f"config file {exc.message}"
+        raise ConfigError(message, fix=fix, file=exc.file) from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p} is not UTF-8 text ({exc.reason})", fix="save the config as UTF-8",
-                          file=str(p)) from None
-    return parse_env_text(text, display or str(path))
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{clip(str(p), 200)} is not UTF-8 text: byte 0x{data[exc.start]:02x} at byte offset "
+                          f"{exc.start} (line {line}) cannot be decoded", fix="save the config as UTF-8",
+                          file=clip(str(p), 200), line=line) from None
+    return parse_env_text(text, display or str(path), secret_keys)

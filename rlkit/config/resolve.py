@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rlkit.config.envfile import REF_RE, Entry, EnvFile, read_env_file
+from rlkit.config.files import clip
 from rlkit.config.schema import (
     AXIS_KEYS,
     FIELDS,
@@ -32,10 +33,13 @@ from rlkit.config.schema import (
     is_secret,
     key_layers,
 )
+from rlkit.config.secrets import candidate_values, mask_secrets
 from rlkit.errors import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 CHANGEME = "CHANGEME"
+SECRET_KEYS = frozenset(k for k in KEYS if is_secret(k))
+MAX_EXPANDED = 65536  # characters a ${KEY} expansion may grow to (A=${B}${B}, B=${C}${C}, ... doubles)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class ResolvedConfig:
     duplicates: list[tuple[Entry, Entry]] = field(default_factory=list)
     bad_keys: set[str] = field(default_factory=set)  # keys that fell back to their default
     env_near_misses: list[tuple[str, str]] = field(default_factory=list)  # (environment name, process key)
+    notes: list[ConfigError] = field(default_factory=list)  # harmless oddities of the files (a BOM)
+    secrets: set[str] = field(default_factory=set)  # every secret value seen, for masking by value
 
     def path(self, key: str) -> Path | None:
         """A path-valued key, absolute (None when empty)."""
@@ -135,6 +141,11 @@ def _expand(values: dict[str, Value], literal: set[str], errors: list[ConfigErro
             return expand(ref, (*stack, name))
 
         text = REF_RE.sub(sub, value.text)
+        if len(text) > MAX_EXPANDED:
+            errors.append(ConfigError(f"{name} expands to {len(text)} characters (more than {MAX_EXPANDED})",
+                                      fix="reference each key once; values are short", key=name,
+                                      file=_file(value), line=_line(value)))
+            text = text[:MAX_EXPANDED]
         done[name] = text
         return text
 
@@ -183,8 +194,13 @@ def _typed(values: dict[str, Value], errors: list[ConfigError]) -> tuple[RunConf
                     continue  # a default that inherits a bad value (${TRAIN_BSZ}): the cause is reported
                 want = FIELDS[name].annotation
                 kind = getattr(want, "__name__", str(want))
-                errors.append(ConfigError(f"{name}={v.text!r} is not a valid {kind}: {err['msg']}",
-                                          fix=_type_fix(name), key=name, file=_file(v), line=_line(v)))
+                shown = clip(repr(v.text), 80)
+                msg = str(err["msg"])
+                if msg.startswith("Value error, "):  # a range rule (rlkit/config/ranges.py)
+                    message, fix = f"{name}={shown} {msg.removeprefix('Value error, ')}", _range_fix(name)
+                else:
+                    message, fix = f"{name}={shown} is not a valid {kind}: {clip(msg, 120)}", _type_fix(name)
+                errors.append(ConfigError(message, fix=fix, key=name, file=_file(v), line=_line(v)))
             if not grew:
                 raise ConfigError(f"built-in defaults do not validate: {exc}", fix="report this as an rlkit bug")
 
@@ -194,6 +210,13 @@ def _default_value(name: str, data: dict[str, str], bad: set[str]) -> str:
     text = default_text(name)
     return REF_RE.sub(lambda m: _default_value(m.group(1), data, bad) if m.group(1) in bad
                       else data.get(m.group(1), ""), text)
+
+
+def _range_fix(name: str) -> str:
+    from rlkit.config.schema import key_rule
+
+    rule = key_rule(name)
+    return f"set {name} within its range: {rule.text()}" if rule is not None else f"fix {name}"
 
 
 def _type_fix(name: str) -> str:
@@ -210,19 +233,25 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     """Resolve a run config through all layers. Raises ConfigError only when the run config cannot be read."""
     environ = dict(os.environ if environ is None else environ)
     path = Path(config_path)
-    run_file = read_env_file(path)
+    run_file = read_env_file(path, secret_keys=SECRET_KEYS)
     root = find_project_root(path)
     site_path = site_env_path(root, environ)
-    site_file = read_env_file(site_path) if site_path else EnvFile(path="")
+    site_file = read_env_file(site_path, secret_keys=SECRET_KEYS) if site_path else EnvFile(path="")
 
     values: dict[str, Value] = {k: Value(k, default_text(k), Layer.DEFAULT, "built-in") for k in KEYS}
     literal: set[str] = set()
+    rejected: dict[str, str] = {}  # keys whose line was rejected: not "empty", but unreadable
     out = ResolvedConfig(config_path=path, root=root, values=values, config=RunConfig())
     out.layer_files = {Layer.SITE: [str(site_path)] if site_path else [], Layer.RUN: [str(path)]}
 
     def apply(env: EnvFile, layer: Layer) -> None:
         out.errors.extend(env.errors)
         out.duplicates.extend(env.duplicates)
+        out.notes.extend(env.notes)
+        for key, raw in env.rejected:
+            rejected[key] = raw
+            if key in SECRET_KEYS:
+                out.secrets.update(candidate_values(raw))
         for entry in env.entries:
             if entry.key not in FIELDS:
                 out.unknown.append((entry, layer))
@@ -243,10 +272,13 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     tdir = templates_dir(root)
     axis_files: list[str] = []
     for axis_key, folder in AXIS_KEYS.items():
-        module = tdir / folder / f"{pre[axis_key].text}.env"
+        axis_value = pre[axis_key].text
+        if axis_value not in {m.value for m in FIELDS[axis_key].annotation}:  # type: ignore[union-attr]
+            continue  # never a path from an unchecked value; the types check reports it
+        module = tdir / folder / f"{axis_value}.env"
         if module.is_file():
             shown = str(module.relative_to(root)) if module.is_relative_to(root) else str(module)
-            env = read_env_file(module, display=shown)
+            env = read_env_file(module, display=shown, secret_keys=SECRET_KEYS)
             axis_files.append(shown)
             apply(env, Layer.AXIS)
     out.layer_files[Layer.AXIS] = axis_files
@@ -259,6 +291,11 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     out.env_near_misses = _env_near_misses(environ)
     out.values = _expand(values, literal, out.errors)
     out.config, out.bad_keys = _typed(out.values, out.type_errors)
+    # A rejected line leaves its key at the default: checks must not call it "empty" as well.
+    out.bad_keys |= {k for k in rejected if k in FIELDS and values[k].layer is Layer.DEFAULT}
+    for name in SECRET_KEYS:
+        out.secrets |= {values[name].text, out.values[name].text}
+    out.secrets.discard("")
     return out
 
 
@@ -275,8 +312,9 @@ def render_block(resolved: ResolvedConfig) -> str:
     for name in KEYS:
         v = resolved.values[name]
         shown = masked(v)
-        if is_path(name) and shown and not v.secret:
+        if is_path(name) and shown and not v.secret and name not in resolved.bad_keys:
             shown = str(resolve_path(shown, resolved.root))
+        shown = clip(shown.encode("unicode_escape").decode("ascii") if not shown.isprintable() else shown, 120)
         origin = v.layer.value if v.layer is Layer.DEFAULT else f"{v.layer.value:<7} {v.where}"
         lines.append(f"  {name.ljust(width)} = {shown or '(empty)':<40} [{origin}]")
-    return "\n".join(lines)
+    return mask_secrets("\n".join(lines), resolved)

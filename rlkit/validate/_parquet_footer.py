@@ -4,13 +4,21 @@ Importing pyarrow costs more than the whole rest of a preflight, and a check nee
 two facts from the footer. The footer is a Thrift compact-protocol `FileMetaData`
 (parquet-format spec): field 2 is the flattened schema, field 3 the row count. This
 reader decodes just those and skips everything else; it never reads row data.
+
+The footer is untrusted input: every length is checked against the bytes left, nesting
+is bounded and the schema tree is walked without recursion, so a truncated, hostile or
+3,000-deep footer is a ParquetFooterError, never a hang or a RecursionError.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 
 MAGIC = b"PAR1"
+MAX_FOOTER = 64 * 2**20
+MAX_DEPTH = 64  # nested thrift structs/lists; real footers use a handful
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
 
 
@@ -21,6 +29,10 @@ class ParquetFooterError(ValueError):
 class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
+
+    def need(self, n: int) -> None:
+        if n < 0 or self.pos + n > len(self.data):
+            raise ParquetFooterError("footer ends early")
 
     def byte(self) -> int:
         if self.pos >= len(self.data):
@@ -66,16 +78,22 @@ class _Reader:
     def list_header(self) -> tuple[int, int]:
         header = self.byte()
         size = header >> 4
-        return (self.varint() if size == 15 else size), header & 0x0F
+        size = self.varint() if size == 15 else size
+        self.need(size)  # every element takes at least a byte: a bigger count is a lie
+        return size, header & 0x0F
 
-    def skip(self, kind: int) -> None:
+    def skip(self, kind: int, depth: int = 0) -> None:
+        if depth > MAX_DEPTH:
+            raise ParquetFooterError("footer nested too deeply")
         if kind in (_TRUE, _FALSE):
             return
         if kind == _BYTE:
+            self.need(1)
             self.pos += 1
         elif kind in (_I16, _I32, _I64):
             self.varint()
         elif kind == _DOUBLE:
+            self.need(8)
             self.pos += 8
         elif kind == _BINARY:
             self.binary()
@@ -83,19 +101,25 @@ class _Reader:
             size, elem = self.list_header()
             for _ in range(size):
                 if elem in (_TRUE, _FALSE):  # list booleans take a byte each
+                    self.need(1)
                     self.pos += 1
                 else:
-                    self.skip(elem)
+                    self.skip(elem, depth + 1)
         elif kind == _MAP:
             size = self.varint()
             if size:
+                self.need(size)
                 types = self.byte()
                 for _ in range(size):
-                    self.skip(types >> 4)
-                    self.skip(types & 0x0F)
+                    for part in (types >> 4, types & 0x0F):
+                        if part in (_TRUE, _FALSE):  # map booleans take a byte each too
+                            self.need(1)
+                            self.pos += 1
+                        else:
+                            self.skip(part, depth + 1)
         elif kind == _STRUCT:
             for _, inner in self.fields():
-                self.skip(inner)
+                self.skip(inner, depth + 1)
         else:
             raise ParquetFooterError(f"unknown thrift type {kind}")
 
@@ -114,6 +138,8 @@ def _schema_element(r: _Reader) -> tuple[str, int]:
 
 def read_footer(path: str) -> tuple[int, list[str]]:
     """(num_rows, top-level column names)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
+        raise ParquetFooterError("not a regular file")
     with open(path, "rb") as f:
         f.seek(0, 2)
         size = f.tell()
@@ -128,6 +154,8 @@ def read_footer(path: str) -> tuple[int, list[str]]:
             raise ParquetFooterError("no PAR1 magic (encrypted footers are not supported)")
         if length > size - 12:
             raise ParquetFooterError("footer length out of range")
+        if length > MAX_FOOTER:
+            raise ParquetFooterError(f"footer of {length} bytes is too big for a task index")
         f.seek(size - 8 - length)
         r = _Reader(f.read(length))
     elements: list[tuple[str, int]] = []
@@ -147,19 +175,17 @@ def read_footer(path: str) -> tuple[int, list[str]]:
 
 
 def _top_level(elements: list[tuple[str, int]]) -> list[str]:
-    """The root's direct children of the depth-first flattened schema."""
-    names, i = [], 1
-
-    def subtree_end(j: int) -> int:
-        _, children = elements[j]
-        j += 1
-        for _ in range(children):
-            j = subtree_end(j)
-        return j
-
-    for _ in range(elements[0][1]):
+    """The root's direct children of the depth-first flattened schema (walked with a stack)."""
+    names: list[str] = []
+    i = 1
+    for _ in range(max(elements[0][1], 0)):
         if i >= len(elements):
             raise ParquetFooterError("schema tree is truncated")
         names.append(elements[i][0])
-        i = subtree_end(i)
+        pending = 1  # nodes of this column's subtree still to pass
+        while pending:
+            if i >= len(elements):
+                raise ParquetFooterError("schema tree is truncated")
+            pending += max(elements[i][1], 0) - 1
+            i += 1
     return names

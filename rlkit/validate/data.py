@@ -6,6 +6,7 @@ pyarrow: its import alone would cost more than the rest of a preflight.
 
 from __future__ import annotations
 
+from rlkit.config.files import exists, is_dir, os_reason
 from rlkit.tasks.schema import REQUIRED_COLUMNS
 from rlkit.validate._parquet_footer import ParquetFooterError, read_footer
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip
@@ -20,12 +21,18 @@ def _check_index(ctx: Context, name: str) -> Finding:
         return skip("data_files", f"{name} is not set (see changeme / types)")
     if path is None:
         return fatal("data_files", f"{name} is empty", f"set {name}; {BUILD_FIX}", key=name, where=where)
-    if not path.is_file():
+    if is_dir(path):
+        return fatal("data_files", f"{name} {path} is a directory, not a task index file",
+                     f"point {name} at the .parquet file inside it, or {BUILD_FIX}", key=name, where=where)
+    if not exists(path):
         return fatal("data_files", f"{name} {path} does not exist", BUILD_FIX, key=name, where=where)
     try:
         num_rows, names = read_footer(str(path))
-    except (ParquetFooterError, OSError) as exc:
-        return fatal("data_files", f"{name} {path} is not a parquet file ({exc})", BUILD_FIX, key=name, where=where)
+    except ParquetFooterError as exc:
+        return fatal("data_files", f"{name} {path} is not a parquet file ({exc})", BUILD_FIX, key=name,
+                     where=where)
+    except OSError as exc:
+        return fatal("data_files", f"{name} {path} {os_reason(exc)}", BUILD_FIX, key=name, where=where)
     if num_rows == 0:
         return fatal("data_files", f"{name} {path} has no rows", "rebuild the index from a non-empty task set",
                      key=name, where=where)

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlkit.config.files import clip
 from rlkit.registry import Registry
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ class Status(StrEnum):
 
 
 MARKS = {Status.OK: "✓", Status.WARN: "⚠", Status.FATAL: "✗ FATAL", Status.SKIP: "-"}
+MESSAGE_MAX = 300  # characters of a finding's message (and of its fix): values are quoted, never dumped
 
 
 class Phase(StrEnum):
@@ -42,6 +44,12 @@ class Finding:
     fix: str = ""
     key: str | None = None
     where: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", clip(self.message, MESSAGE_MAX))
+        object.__setattr__(self, "fix", clip(self.fix, MESSAGE_MAX))
+        if self.where:
+            object.__setattr__(self, "where", clip(self.where, 200))
 
     def render(self) -> str:
         head = f"{MARKS[self.status]} {self.check}: {self.message}"

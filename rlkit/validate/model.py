@@ -1,15 +1,16 @@
 """Checks on the policy checkpoint: a model directory, its context and its architecture.
 
 Only small JSON files are read (config.json, tokenizer_config.json); no weights, no
-tokenizer library.
+tokenizer library. Any malformed file (not UTF-8, not JSON, the wrong shape, unreadable)
+is a ModelDirError naming the file and what is wrong, which model_dir reports as FATAL.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, exists, is_dir, is_file, read_json, read_text
 from rlkit.config.schema import ModelEngine
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
@@ -36,7 +37,7 @@ class ModelInfo:
     def context(self) -> int | None:
         cfg = self.text_config()
         for k in CONTEXT_KEYS:
-            if isinstance(cfg.get(k), int):
+            if isinstance(cfg.get(k), int) and not isinstance(cfg[k], bool):
                 return cfg[k]
         return None
 
@@ -46,47 +47,71 @@ class ModelInfo:
         return max([int(cfg[k]) for k in MOE_KEYS if isinstance(cfg.get(k), int)] or [0])
 
 
-def read_chat_template(path: Path) -> str | None:
-    """Where transformers looks: chat_template.jinja, chat_template.json, tokenizer_config.json."""
-    jinja = path / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text()
-    for name in ("chat_template.json", "tokenizer_config.json"):
-        f = path / name
-        if f.is_file():
-            try:
-                template = json.loads(f.read_text()).get("chat_template")
-            except (json.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(template, list):  # named templates: [{name, template}]
-                template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-            if isinstance(template, str):
-                return template
-    return None
-
-
 class ModelDirError(Exception):
     def __init__(self, message: str, fix: str) -> None:
         super().__init__(message)
         self.message, self.fix = message, fix
 
 
+RESAVE = "re-save the checkpoint's files from the base model (or re-download them)"
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = read_json(path)
+    except FileReadError as exc:
+        raise ModelDirError(exc.message, RESAVE) from None
+    if not isinstance(data, dict):
+        raise ModelDirError(f"{path} is not a JSON object (it holds a {type(data).__name__})", RESAVE)
+    return data
+
+
+def read_chat_template(path: Path) -> str | None:
+    """Where transformers looks: chat_template.jinja, chat_template.json, tokenizer_config.json.
+    None when there is none; ModelDirError when a file that holds one is malformed."""
+    jinja = path / "chat_template.jinja"
+    if is_file(jinja):
+        try:
+            return read_text(jinja)
+        except FileReadError as exc:
+            raise ModelDirError(exc.message, RESAVE) from None
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        f = path / name
+        if not is_file(f):
+            continue
+        template = _json_object(f).get("chat_template")
+        if template is None:
+            continue
+        if isinstance(template, list):  # named templates: [{name, template}]
+            if not all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template):
+                raise ModelDirError(f"{f}: chat_template is a list whose entries are not all "
+                                    "{name, template} objects with a string template", RESAVE)
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+            if template is None:
+                continue
+        if not isinstance(template, str):
+            raise ModelDirError(f"{f}: chat_template is a {type(template).__name__}, not a string", RESAVE)
+        return template
+    return None
+
+
 def load_model_info(path: Path) -> ModelInfo:
-    if not path.exists():
+    if not exists(path):
         raise ModelDirError(f"MODEL_PATH {path} does not exist", "point MODEL_PATH at a local HF checkpoint "
                             "directory (the embedded one is built by `rlkit model tiny .rlkit/models/tiny-qwen3`)")
-    if not path.is_dir():
+    if not is_dir(path):
         raise ModelDirError(f"MODEL_PATH {path} is not a directory", "point MODEL_PATH at the checkpoint directory")
     cfg_file = path / "config.json"
-    if not cfg_file.is_file():
+    if not exists(cfg_file):
         raise ModelDirError(f"{path} has no config.json", "use a HuggingFace-format checkpoint (merge verl shards "
                             "with `python -m verl.model_merger merge`)")
+    config = _json_object(cfg_file)
+    tokenizer = next((path / n for n in TOKENIZER_FILES if is_file(path / n)), None)
     try:
-        config = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelDirError(f"{cfg_file} is not valid JSON ({exc})", "re-save the checkpoint") from None
-    tokenizer = next((path / n for n in TOKENIZER_FILES if (path / n).is_file()), None)
-    weights = sum(f.stat().st_size for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+        weights = sum(f.stat().st_size for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and is_file(f))
+    except OSError as exc:
+        raise ModelDirError(f"MODEL_PATH {path} cannot be listed ({exc.strerror or exc})",
+                            "make the checkpoint directory readable") from None
     return ModelInfo(path, config, read_chat_template(path), tokenizer, weights)
 
 

@@ -17,6 +17,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, read_bytes, read_json
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip
 from rlkit.validate.model import ModelDirError, model_info
 
@@ -34,9 +35,10 @@ def _version(dist: str) -> str:
 def cache_key(model_dir: Path, chat_template: str, parser: str) -> str:
     h = hashlib.sha256()
     h.update(chat_template.encode())
-    tok_cfg = model_dir / "tokenizer_config.json"
-    if tok_cfg.is_file():  # added tokens decide how the parser sees the text
-        h.update(tok_cfg.read_bytes())
+    try:  # added tokens decide how the parser sees the text
+        h.update(read_bytes(model_dir / "tokenizer_config.json"))
+    except FileReadError:
+        pass
     for part in (parser, _version("verl"), _version("transformers"), PROBE_VERSION):
         h.update(b"\0" + part.encode())
     return h.hexdigest()[:32]
@@ -57,22 +59,30 @@ def _cache_file(cache_dir: Path, model_dir: Path, chat_template: str, parser: st
 
 
 def _store(cache: Path, verdict: dict) -> None:
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(verdict))
-    tmp.replace(cache)  # atomic: concurrent preflights never read half a verdict
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(verdict))
+        tmp.replace(cache)  # atomic: concurrent preflights never read half a verdict
+    except OSError:
+        pass  # an unwritable RLKIT_CACHE_DIR costs a probe next time, nothing else
 
 
 def probe_verdict(ctx: Context, model_dir: Path, chat_template: str, parser: str) -> tuple[dict, bool]:
     """(verdict, from_cache)."""
     cache = _cache_file(ctx.cache_dir, model_dir, chat_template, parser)
-    if cache.is_file():
-        try:
-            return json.loads(cache.read_text()), True
-        except json.JSONDecodeError:
-            pass  # unreadable: probe again
+    try:
+        cached = read_json(cache)
+        if isinstance(cached, dict):
+            return cached, True
+    except FileReadError:
+        pass  # absent or unreadable: probe again
     runner = ctx.probe_runner or run_probe_subprocess
-    verdict = json.loads(runner([str(model_dir), parser]).strip().splitlines()[-1])
+    lines = runner([str(model_dir), parser]).strip().splitlines()
+    verdict = json.loads(lines[-1]) if lines else None
+    if not isinstance(verdict, dict):
+        raise RuntimeError(  # noqa: TRY004 -- the probe failed, the caller reports it
+            f"the probe printed no verdict ({lines[-1][:80] if lines else 'nothing'!r})")
     _store(cache, verdict)
     return verdict, False
 
@@ -83,7 +93,10 @@ def prewarm(pairs: list[tuple[Path, str]], cache_dir: Path) -> int:
 
     todo = []
     for model_dir, parser in pairs:
-        template = read_chat_template(model_dir)
+        try:
+            template = read_chat_template(model_dir)
+        except ModelDirError:
+            continue  # preflight's model_dir check names the file
         if template is not None and not _cache_file(cache_dir, model_dir, template, parser).is_file():
             todo.append((model_dir, parser, template))
     if not todo:

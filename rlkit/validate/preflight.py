@@ -6,12 +6,21 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlkit.config.resolve import ResolvedConfig, render_block, resolve
-from rlkit.validate.findings import CHECKS, ORDER, Context, Finding, Phase, Status
+from rlkit.config.secrets import mask_secrets
+from rlkit.validate.findings import CHECKS, ORDER, Check, Context, Finding, Phase, Status
+
+# Every check is bounded in time and output: a hung check becomes a FATAL, and a check with
+# thousands of findings (80,000 unknown keys) shows the first few and a count.
+CHECK_TIMEOUT_S = 60.0
+CHECK_TIMEOUTS_S = {"tool_call_parser": 330.0}  # the probe subprocess has 300 s of its own
+MAX_FINDINGS_PER_CHECK = 10
+SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.FATAL: 3}
 
 
 @dataclass
@@ -41,7 +50,7 @@ class PreflightReport:
         counts = {s: sum(f.status is s for f in self.findings) for s in Status}
         parts.append(f"\n{counts[Status.OK]} ✓  {counts[Status.WARN]} ⚠  {counts[Status.FATAL]} ✗ FATAL"
                      + ("" if self.ok else "  — fix the FATAL findings above; nothing was launched"))
-        return "\n".join(parts)
+        return mask_secrets("\n".join(parts), self.resolved)
 
 
 def run_checks(ctx: Context, phases: Iterable[Phase] = (Phase.STATIC, Phase.WORLD),
@@ -53,12 +62,41 @@ def run_checks(ctx: Context, phases: Iterable[Phase] = (Phase.STATIC, Phase.WORL
             check = CHECKS.get(name)
             if check.phase is not phase or (wanted is not None and name not in wanted):
                 continue
-            try:
-                findings += check.run(ctx)
-            except Exception as exc:  # noqa: BLE001 -- a broken check must not hide the others' findings
-                findings.append(Finding(name, Status.FATAL, f"check crashed: {type(exc).__name__}: {exc}",
-                                        "report this as an rlkit bug"))
+            findings += _capped(name, _run_bounded(check, ctx, CHECK_TIMEOUTS_S.get(name, CHECK_TIMEOUT_S)))
     return findings
+
+
+def _run_bounded(check: Check, ctx: Context, timeout_s: float) -> list[Finding]:
+    """The check's findings; a crash or a hang is a FATAL of its own, never the end of preflight."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["findings"] = check.run(ctx)
+        except Exception as exc:  # noqa: BLE001 -- a broken check must not hide the others' findings
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"check-{check.name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():  # left behind as a daemon thread: it cannot keep the process alive
+        return [Finding(check.name, Status.FATAL, f"check did not finish within {timeout_s:.0f} s",
+                        "something it reads (a network path, a daemon) hangs; fix that, then run again")]
+    if "error" in box:
+        exc = box["error"]
+        return [Finding(check.name, Status.FATAL, f"check crashed: {type(exc).__name__}: {exc}",
+                        "report this as an rlkit bug")]
+    return box["findings"]  # type: ignore[return-value]
+
+
+def _capped(name: str, findings: list[Finding]) -> list[Finding]:
+    if len(findings) <= MAX_FINDINGS_PER_CHECK:
+        return findings
+    shown, rest = findings[:MAX_FINDINGS_PER_CHECK - 1], findings[MAX_FINDINGS_PER_CHECK - 1:]
+    worst = max(rest, key=lambda f: SEVERITY[f.status])
+    first = rest[0]
+    return [*shown, Finding(name, worst.status, f"{len(rest)} more finding(s) like these, first: {first.message}",
+                            first.fix, key=first.key, where=first.where)]
 
 
 def run_preflight(config_path: str | Path, *, environ: dict[str, str] | None = None,

@@ -13,21 +13,30 @@ import difflib
 import re
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, read_bytes
 from rlkit.config.resolve import CHANGEME
 from rlkit.config.schema import KEYS, Algorithm, Layer, TrainingMode, VerlTrainerMode, home_layer, key_layers
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SUGGESTED = 10  # unknown keys given a did-you-mean (difflib per key is slow for 80,000 of them)
+DIVISORS_SHOWN = 12
 
 
 def config_syntax(ctx: Context) -> list[Finding]:
     r = ctx.resolved
-    out = [fatal("config_syntax", e.message, e.fix, key=e.key, where=e.where() or None) for e in r.errors]
+    out = [fatal("config_syntax", _with_key(e.key, e.message), e.fix, key=e.key, where=e.where() or None)
+           for e in r.errors]
+    out += [warn("config_syntax", n.message, n.fix, where=n.where() or None) for n in r.notes]
     for earlier, later in r.duplicates:
         out.append(warn("config_syntax", f"{later.key} is set twice; the later value wins (first at "
                         f"{earlier.where})", "remove one of the lines", key=later.key, where=later.where))
     files = [f for fs in r.layer_files.values() for f in fs]
     return out or [ok("config_syntax", f"{len(files)} file(s) read: {', '.join(files)}")]
+
+
+def _with_key(key: str | None, message: str) -> str:
+    return f"{key}: {message}" if key and key not in message else message
 
 
 def changeme(ctx: Context) -> list[Finding]:
@@ -40,8 +49,8 @@ def changeme(ctx: Context) -> list[Finding]:
 
 def unknown_key(ctx: Context) -> list[Finding]:
     out = []
-    for entry, layer in ctx.resolved.unknown:
-        close = difflib.get_close_matches(entry.key.upper(), KEYS, n=1, cutoff=0.6)
+    for i, (entry, layer) in enumerate(ctx.resolved.unknown):
+        close = difflib.get_close_matches(entry.key.upper(), KEYS, n=1, cutoff=0.6) if i < SUGGESTED else []
         fix = f"did you mean {close[0]}?" if close else "remove it; docs/configuration.md lists every key"
         out.append(fatal("unknown_key", f"unknown key {entry.key} in the {layer.value} layer", fix,
                          key=entry.key, where=entry.where))
@@ -67,8 +76,11 @@ def logger(ctx: Context) -> list[Finding]:
     c = ctx.resolved.config
     loggers = c.LOGGER.split(",")
     if "wandb" in loggers and not c.WANDB_API_KEY:
-        netrc = Path.home() / ".netrc"
-        if not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")):
+        try:
+            netrc = read_bytes(Path.home() / ".netrc")
+        except FileReadError:
+            netrc = b""
+        if b"api.wandb.ai" not in netrc:
             return [warn("logger", "LOGGER includes wandb but WANDB_API_KEY is unset and ~/.netrc has no wandb login",
                          "export WANDB_API_KEY=... before launching (or `wandb login`)", key="WANDB_API_KEY",
                          where=ctx.resolved.where("LOGGER"))]
@@ -157,7 +169,21 @@ def parallelism(ctx: Context) -> list[Finding]:
 
 
 def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) if n > 0 else "none"
+    """The divisors of n, smallest first, the first few of them (pairs up to sqrt(n): no hang for huge n)."""
+    if n < 1:
+        return "none"
+    if n > 10**10:  # 10^5 trial divisions at most
+        return f"any divisor of {n}"
+    small, large, d = [], [], 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    found = small + large[::-1]
+    shown = ", ".join(str(x) for x in found[:DIVISORS_SHOWN])
+    return shown + (f", ... ({len(found)} in all, up to {n})" if len(found) > DIVISORS_SHOWN else "")
 
 
 def batch(ctx: Context) -> list[Finding]:

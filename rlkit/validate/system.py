@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rlkit.config.files import FileReadError, clip, exists, is_file, read_text
 from rlkit.config.paths import RunPaths
 from rlkit.config.schema import Backend, ResumeMode
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
@@ -29,11 +30,15 @@ def artifacts(ctx: Context) -> list[Finding]:
     root = output_root(ctx)
     run = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)  # the same names the trainers write
     ckpt = run.checkpoints
-    found = [p for p in (run.console_log, run.jsonl, ckpt, run.trials) if p.exists()]
+    found = [p for p in (run.console_log, run.jsonl, ckpt, run.trials) if exists(p)]
     if not found:
         return [ok("artifacts", f"fresh run: nothing yet under {root} for {c.PROJECT_NAME}/{c.EXP_NAME}")]
     latest = ckpt / "latest_checkpointed_iteration.txt"
-    step = latest.read_text().strip() if latest.is_file() else ""
+    try:
+        step = clip(read_text(latest, max_bytes=4096).strip(), 40) if is_file(latest) else ""
+    except FileReadError as exc:
+        return [warn("artifacts", f"unreadable checkpoint marker: {exc.message}", "delete it, or pick a new "
+                     "EXP_NAME", key="EXP_NAME", where=ctx.resolved.where("EXP_NAME"))]
     listed = ", ".join(str(p.relative_to(root)) for p in found)
     where = ctx.resolved.where("EXP_NAME")
     if step and c.RESUME_MODE is ResumeMode.AUTO:
@@ -66,6 +71,8 @@ def _docker_ping(address: str, timeout: float = 1.0) -> str | None:
             reply = sock.recv(1024).decode(errors="replace")
     except OSError as exc:
         return f"{type(exc).__name__}: {exc.strerror or exc}"
+    except (ValueError, UnicodeError) as exc:  # a port out of range, a host name IDNA cannot encode
+        return f"bad address ({exc})"
     if " 200 " in reply.split("\r\n", 1)[0] and reply.rstrip().endswith("OK"):
         return None
     return f"unexpected answer {reply[:60]!r}"
@@ -75,25 +82,40 @@ def _kube_check(ctx: Context) -> list[Finding]:
     c = ctx.resolved.config
     where = ctx.resolved.where("KUBECONFIG")
     path = ctx.resolved.path("KUBECONFIG")
-    if path is None or not path.is_file():
-        return [fatal("backend", f"BACKEND=k8s but the kube config {path} does not exist",
-                      "set KUBECONFIG (site.env or the environment) to your cluster's config", key="KUBECONFIG",
-                      where=where)]
+    regen = "fix or regenerate the kube config (e.g. your cloud CLI's get-credentials)"
+
+    def bad(message: str, fix: str = regen) -> list[Finding]:
+        return [fatal("backend", message, fix, key="KUBECONFIG", where=where)]
+
+    if path is None or not exists(path):
+        return bad(f"BACKEND=k8s but the kube config {path} does not exist",
+                   "set KUBECONFIG (site.env or the environment) to your cluster's config")
     import yaml  # small, only on the k8s path
 
     try:
-        kube = yaml.safe_load(path.read_text()) or {}
+        kube = yaml.safe_load(read_text(path, max_bytes=4 * 2**20)) or {}
+    except FileReadError as exc:
+        return bad(f"kube config {exc.message}")
     except yaml.YAMLError as exc:
-        return [fatal("backend", f"{path} is not valid YAML ({exc})", "fix or regenerate the kube config",
-                      key="KUBECONFIG", where=where)]
+        return bad(f"{path} is not valid YAML ({clip(' '.join(str(exc).split()), 160)})")
+    except RecursionError:
+        return bad(f"{path} is YAML nested too deeply to read")
+    if not isinstance(kube, dict):
+        return bad(f"{path} is not a kube config: it holds a YAML {type(kube).__name__}, not a mapping")
     current = kube.get("current-context")
-    contexts = {x.get("name"): x.get("context", {}) for x in kube.get("contexts") or []}
-    if current not in contexts:
-        return [fatal("backend", f"{path}: current-context {current!r} is not among its contexts",
-                      "kubectl config use-context NAME", key="KUBECONFIG", where=where)]
-    cluster_name = contexts[current].get("cluster")
-    clusters = {x.get("name"): x.get("cluster", {}) for x in kube.get("clusters") or []}
-    server = clusters.get(cluster_name, {}).get("server", "")
+    contexts = _named(kube.get("contexts"), "context")
+    if contexts is None:
+        return bad(f"{path}: contexts is not a list of {{name, context}} entries")
+    if not isinstance(current, str) or current not in contexts:
+        return bad(f"{path}: current-context {clip(repr(current), 80)} is not among its contexts",
+                   "kubectl config use-context NAME")
+    clusters = _named(kube.get("clusters"), "cluster")
+    if clusters is None:
+        return bad(f"{path}: clusters is not a list of {{name, cluster}} entries")
+    cluster = clusters.get(contexts[current].get("cluster"))  # type: ignore[arg-type]
+    server = cluster.get("server") if cluster else None
+    if not isinstance(server, str) or not server:
+        return bad(f"{path}: context {clip(current, 80)!r} has no cluster with a server address")
     ns = c.K8S_NAMESPACE
     if not ns or not all(ch.isalnum() or ch == "-" for ch in ns) or ns != ns.lower() or len(ns) > 63:
         return [fatal("backend", f"K8S_NAMESPACE={ns!r} is not a valid namespace name",
@@ -101,13 +123,31 @@ def _kube_check(ctx: Context) -> list[Finding]:
                       where=ctx.resolved.where("K8S_NAMESPACE"))]
     url = urlparse(server)
     try:
-        with socket.create_connection((url.hostname or "", url.port or 443), timeout=2):
+        host, port = url.hostname or "", url.port or 443
+        with socket.create_connection((host, port), timeout=2):
             pass
-    except OSError as exc:
-        return [fatal("backend", f"kubernetes API {server or '(none)'} of context {current!r} is unreachable "
-                      f"({exc.strerror or exc})", "check the VPN / cluster, or use BACKEND=docker",
-                      key="KUBECONFIG", where=where)]
+    except (OSError, ValueError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return bad(f"kubernetes API {clip(server, 120)} of context {clip(current, 80)!r} is unreachable "
+                   f"({clip(reason, 80)})", "check the VPN / cluster, or use BACKEND=docker")
     return [ok("backend", f"kubernetes API {server} reachable (context {current}, namespace {ns})")]
+
+
+def _named(entries: object, field: str) -> dict[str, dict] | None:
+    """A kube config list of {name, <field>: {...}} as a dict; None when it has another shape."""
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        return None
+    out: dict[str, dict] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            return None
+        body = entry.get(field) or {}
+        if not isinstance(body, dict):
+            return None
+        out[entry["name"]] = body
+    return out
 
 
 def backend(ctx: Context) -> list[Finding]:

@@ -67,8 +67,8 @@ def test_k8s_backend_reachable_and_namespace(ws) -> None:
         ws.write_site(KUBECONFIG=_kubeconfig(ws.root / "kc", f"https://127.0.0.1:{port}"), K8S_NAMESPACE="rl")
         (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
         assert f.status is Status.OK and "namespace rl" in f.message
-        ws.write_site(K8S_NAMESPACE="Bad_NS")
-        (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
+        ws.write_site(K8S_NAMESPACE="Bad_NS")  # not a kubernetes name: its type's range says so
+        (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["types"]), "types")
         assert f.status is Status.FATAL and f.key == "K8S_NAMESPACE"
     ws.write_site(K8S_NAMESPACE="rl")
     (f,) = only(ws.preflight(ws.config(BACKEND="k8s"), only=["backend"]), "backend")
