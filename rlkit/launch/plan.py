@@ -10,6 +10,7 @@ process's), not whatever `python` the PATH finds.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -25,6 +26,17 @@ from rlkit.launch.verl_overrides import TRAINER_MODULE, agent_loop_yaml, verl_ov
 
 def is_head_node(head_address: str, ips: set[str] | None = None, node_ip: str = "") -> bool:
     return is_rank0(head_address, node_ip, ips)
+
+
+def ray_auth_env(shared_dir: Path | None) -> dict[str, str]:
+    """Ray >= 2.50 turns token auth on for a new head; a joining node or driver not told so
+    fails with InvalidAuthToken. Every Ray process of the run gets the mode, and a
+    multi-node run keeps the token on the shared filesystem so every node reads the same one.
+    RAY_AUTH_MODE set in the environment wins (disabled: a trusted network only)."""
+    env = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
+    if shared_dir is not None and env["RAY_AUTH_MODE"] == "token":
+        env["RAY_AUTH_TOKEN_PATH"] = os.environ.get("RAY_AUTH_TOKEN_PATH", str(shared_dir / ".ray" / "auth_token"))
+    return env
 
 
 def ray_executable(python: str = sys.executable) -> str:
@@ -87,12 +99,13 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     head_here = is_rank0(c.RAY_HEAD_ADDRESS, c.NODE_IP, ips)
     me = head if head_here and not c.NODE_IP else this_node_address(c.RAY_HEAD_ADDRESS, c.NODE_IP)
     ray = ray_executable()
+    ray_env = ray_auth_env(resolved.path("SHARED_DIR"))
     ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
                                     f"--num-gpus={c.GPUS_PER_NODE}", "--dashboard-host=127.0.0.1",
-                                    "--disable-usage-stats"])
+                                    "--disable-usage-stats"], ray_env)
     ray_worker = Command("ray worker", [ray, "start", f"--address={head}:{c.RAY_PORT}", f"--node-ip-address={me}",
                                         f"--num-gpus={c.GPUS_PER_NODE}", "--disable-usage-stats", "--block"],
-                         where="ranks 1..NNODES-1")
+                         ray_env, where="ranks 1..NNODES-1")
     run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
     loop_yaml = run_paths.logs / f"{c.EXP_NAME}_agent_loop.yaml"
     proxy_host = c.PROXY_HOST or ("node" if c.BACKEND.value == "k8s" else "127.0.0.1")
@@ -104,7 +117,7 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "agent_loop_config": loop_yaml,
     }
     overrides = verl_overrides(c, **paths)
-    env = {"RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}
+    env = {**ray_env, "RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}
     if "file" in c.LOGGER:
         env["VERL_FILE_LOGGER_PATH"] = str(run_paths.jsonl)
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:

@@ -1,0 +1,272 @@
+"""Run a LaunchPlan on this node: the very plan object DRY_RUN prints.
+
+Rank 0: write the plan's files, start the Ray head, wait until NNODES nodes and their
+GPUs registered, then run verl's trainer with the plan's overrides; its output is tee'd
+to logs/<exp>.log, vLLM's throughput lines are gathered from the Ray actors' logs into
+logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
+proxy runs inside verl's agent-loop workers (see rlkit.train.verl_agent_loop), bound to
+the plan's proxy address. Every other rank: write the files, join Ray as a worker and
+block until the head goes away, then exit cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlkit.errors import LaunchError
+from rlkit.launch.plan import Command, LaunchPlan
+
+# vLLM's periodic engine stats; verl's replicas log them from their Ray actors.
+VLLM_THROUGHPUT = re.compile(r"Avg prompt throughput|Avg generation throughput|Engine \d+: ")
+# verl prints its replica addresses once every replica serves.
+REPLICAS_READY = re.compile(r"LLMServerManager: \[|server_addresses|AgentLoopManager")
+
+
+@dataclass
+class Waits:
+    nodes_s: float = 600.0
+    replicas_s: float = 3600.0
+    poll_s: float = 2.0
+    progress_s: float = 30.0
+
+
+def write_files(plan: LaunchPlan) -> None:
+    for path, text in plan.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _env(command: Command, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # The plan prints a masked key; the real one is already in this process's environment.
+    env.update({k: v for k, v in command.env.items() if v != "****"})
+    env.update(extra or {})
+    return env
+
+
+def ensure_ray_token(command: Command) -> None:
+    """A multi-node run's Ray token on the shared filesystem (Ray itself only creates ~/.ray/auth_token)."""
+    path = command.env.get("RAY_AUTH_TOKEN_PATH")
+    if path and not Path(path).exists():
+        import secrets
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(secrets.token_hex(32))
+        Path(path).chmod(0o600)
+
+
+def start_head(plan: LaunchPlan, say: Callable[[str], None] = print) -> None:
+    ensure_ray_token(plan.ray_head)
+    say(f"$ {plan.ray_head.render()}")
+    proc = subprocess.run(plan.ray_head.argv, env=_env(plan.ray_head), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LaunchError(f"`ray start --head` failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-1500:]}",
+                          fix="`ray stop` a Ray left over from an earlier run (rlkit cleanup --all), or free RAY_PORT")
+
+
+def ray_nodes(address: str) -> list[dict]:
+    """Alive nodes of the cluster at `address`, as `{"address", "gpus"}` (asked in a child
+    process, so this launcher never becomes a Ray driver of the run)."""
+    code = ("import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
+            "print(json.dumps([{'address': n['NodeManagerAddress'], 'gpus': n['Resources'].get('GPU', 0)} "
+            "for n in ray.nodes() if n['Alive']])); ray.shutdown()")
+    python = os.environ.get("RLKIT_PYTHON") or sys.executable
+    proc = subprocess.run([python, "-c", code, address], capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        return []
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def wait_for_nodes(address: str, nnodes: int, gpus_per_node: int, waits: Waits,
+                   say: Callable[[str], None] = print) -> list[dict]:
+    """Block until `nnodes` alive nodes with `gpus_per_node` GPUs each; LaunchError names what is missing."""
+    started = time.monotonic()
+    last_report = 0.0
+    nodes: list[dict] = []
+    while True:
+        nodes = ray_nodes(address)
+        short = [n for n in nodes if n["gpus"] < gpus_per_node]
+        if len(nodes) >= nnodes and not short:
+            say(f"Ray: {len(nodes)}/{nnodes} node(s) joined: " + ", ".join(
+                f"{n['address']} ({n['gpus']:g} GPUs)" for n in nodes))
+            return nodes
+        waited = time.monotonic() - started
+        if waited >= waits.nodes_s:
+            joined = ", ".join(f"{n['address']} ({n['gpus']:g} GPUs)" for n in nodes) or "none"
+            missing = [f"{nnodes - len(nodes)} node(s) never joined"] if len(nodes) < nnodes else []
+            missing += [f"{n['address']} registered {n['gpus']:g} of {gpus_per_node} GPUs" for n in short]
+            raise LaunchError(f"after {waits.nodes_s:.0f}s only {len(nodes)}/{nnodes} Ray node(s) are ready; "
+                              f"joined: {joined}; missing: {'; '.join(missing)}",
+                              fix="run the same `rlkit train CFG` on every node (they join the head at "
+                                  f"{address}); check that they reach it and see their GPUs, or raise NODE_WAIT_S")
+        if waited - last_report >= waits.progress_s:
+            last_report = waited
+            say(f"waiting for Ray nodes: {len(nodes)}/{nnodes} joined ({waited:.0f}s of {waits.nodes_s:.0f}s)")
+        time.sleep(waits.poll_s)
+
+
+def ray_logs_dir() -> Path:
+    """This node's Ray session logs (Ray's own rule: RAY_TMPDIR, else TMPDIR, else /tmp; then ray/)."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(base) / "ray" / "session_latest" / "logs"
+
+
+class VllmLogGatherer(threading.Thread):
+    """Copies vLLM's throughput lines from the Ray workers' logs into one file, as they appear."""
+
+    def __init__(self, logs_dir: Path, out: Path, poll_s: float = 2.0) -> None:
+        super().__init__(name="rlkit-vllm-log", daemon=True)
+        self.logs_dir, self.out, self.poll_s = logs_dir, out, poll_s
+        self.offsets: dict[Path, int] = {}
+        self.stop_event = threading.Event()
+
+    def scan(self) -> int:
+        found = 0
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        with self.out.open("a") as sink:
+            for path in sorted(self.logs_dir.glob("worker-*.*")) if self.logs_dir.is_dir() else []:
+                with path.open("rb") as source:
+                    source.seek(self.offsets.get(path, 0))
+                    chunk = source.read()
+                    self.offsets[path] = source.tell()
+                for line in chunk.decode(errors="replace").splitlines():
+                    if VLLM_THROUGHPUT.search(line):
+                        sink.write(line.rstrip() + "\n")
+                        found += 1
+        return found
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.poll_s):
+            self.scan()
+        self.scan()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=10)
+
+
+def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
+                ray_logs: Path | None = None, say: Callable[[str], None] = print) -> int:
+    """The trainer command, tee'd to `log`; progress while the replicas boot; its exit code."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    gatherer = VllmLogGatherer(ray_logs or ray_logs_dir(), vllm_log)
+    gatherer.start()
+    say(f"$ {plan.trainer.render()}")
+    proc = subprocess.Popen(plan.trainer.argv, env=_env(plan.trainer), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    ready = threading.Event()
+    started = time.monotonic()
+
+    def progress() -> None:
+        while not ready.wait(waits.progress_s) and proc.poll() is None:
+            waited = time.monotonic() - started
+            if waited >= waits.replicas_s:
+                say(f"vLLM replicas not ready after {waits.replicas_s:.0f}s (REPLICA_WAIT_S); stopping the trainer")
+                proc.terminate()
+                return
+            say(f"waiting for verl's vLLM replicas ({waited:.0f}s of {waits.replicas_s:.0f}s; CUDA-graph capture "
+                "takes 10-20 minutes on big models)")
+
+    threading.Thread(target=progress, name="rlkit-replica-wait", daemon=True).start()
+    try:
+        with log.open("a") as sink:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sink.write(line)
+                sink.flush()
+                print(line, end="", flush=True)
+                if not ready.is_set() and REPLICAS_READY.search(line):
+                    ready.set()
+                    say(f"vLLM replicas ready after {time.monotonic() - started:.0f}s")
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
+    finally:
+        ready.set()
+        gatherer.stop()
+
+
+def ray_processes(head: str, port: int, node_address: str | None = None) -> list:
+    """This run's Ray processes on this host (their command lines name its GCS address, and
+    `node_address` narrows them to one node's), so stopping them never touches another Ray
+    on the same machine, as `ray stop` would."""
+    import psutil
+
+    gcs = f"{head}:{port}"
+    mine = re.compile(rf"(--node-ip-address|--node_ip_address|--monitor-ip)={re.escape(node_address or '')}(\s|$)")
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info.get("cmdline") or [])
+        if gcs not in line and f"--gcs_server_port={port} " not in line + " ":
+            continue
+        if node_address is not None and not mine.search(line.split(" --python_worker_command")[0]):
+            continue
+        out.append(proc)
+    return out
+
+
+def stop_ray(plan: LaunchPlan, node_address: str | None = None, grace_s: float = 10.0) -> None:
+    import psutil
+
+    procs = ray_processes(plan.head_address, _port(plan), node_address)
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def join_as_worker(plan: LaunchPlan, say: Callable[[str], None] = print) -> int:
+    """`ray start --block` until the head goes away; that end is clean (0)."""
+    say(f"$ {plan.ray_worker.render()}")
+    rc = subprocess.run(plan.ray_worker.argv, env=_env(plan.ray_worker), check=False).returncode
+    if head_reachable(plan.head_address, _port(plan)):
+        say(f"Ray worker exited ({rc}) while the head at {plan.head_address} is still up")
+        return rc or 1
+    say(f"the Ray head at {plan.head_address} went away; this worker is done")
+    stop_ray(plan, node_address=plan.node_address)
+    return 0
+
+
+def head_reachable(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, waits: Waits,
+            say: Callable[[str], None] = print) -> int:
+    """Run this node's part of the plan; the trainer's exit code on rank 0."""
+    write_files(plan)
+    if not plan.node_is_head:
+        return join_as_worker(plan, say)
+    start_head(plan, say)
+    try:
+        wait_for_nodes(f"{plan.head_address}:{_port(plan)}", plan.nnodes, gpus_per_node, waits, say)
+        return run_trainer(plan, log, vllm_log, waits, say=say)
+    finally:
+        stop_ray(plan, node_address=plan.node_address)
+
+
+def _port(plan: LaunchPlan) -> int:
+    return next((int(a.split("=", 1)[1]) for a in plan.ray_head.argv if a.startswith("--port=")), 6379)

@@ -1,0 +1,144 @@
+"""Executing the launch plan: rank 0 by address, DRY_RUN honesty, a real two-node Ray on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlkit.config.resolve import resolve
+from rlkit.errors import LaunchError, UserError
+from rlkit.launch import cluster
+from rlkit.launch.nodes import is_rank0, resolve_host, this_node_address
+from rlkit.launch.plan import build_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_rank0_is_the_node_that_owns_the_head_address() -> None:
+    assert is_rank0("", addresses=set())
+    assert is_rank0("10.1.2.3", addresses={"127.0.0.1", "10.1.2.3"})
+    assert not is_rank0("10.1.2.3", addresses={"127.0.0.1", "10.9.9.9"})
+    assert is_rank0("10.1.2.3", node_ip="10.1.2.3", addresses=set())
+    assert not is_rank0("127.0.0.2", node_ip="127.0.0.3")
+    assert is_rank0("127.0.0.2", node_ip="127.0.0.2")
+
+
+def test_a_head_hostname_is_resolved_and_compared_as_an_address() -> None:
+    assert resolve_host("localhost") == "127.0.0.1"
+    assert is_rank0("localhost", addresses={"127.0.0.1"})
+    assert is_rank0("localhost", node_ip="127.0.0.1")
+    with pytest.raises(UserError, match="does not resolve"):
+        resolve_host("no-such-head.invalid")
+
+
+def test_this_node_address_prefers_node_ip() -> None:
+    assert this_node_address("127.0.0.2", "127.0.0.3") == "127.0.0.3"
+    assert this_node_address("", "") == "127.0.0.1"
+
+
+def test_plan_prints_the_resolved_head_and_no_worker_line_for_one_node(ws) -> None:
+    ws.write_site(RAY_HEAD_ADDRESS="localhost")
+    plan = build_plan(resolve(ws.config(), ws.environ()))
+    assert plan.node_is_head and plan.head_address == "127.0.0.1"
+    assert "--node-ip-address=127.0.0.1" in plan.ray_head.argv
+    assert "# Ray workers" not in plan.render()
+    two = build_plan(resolve(ws.config(NNODES=2, N_NODES_TRAIN=2), ws.environ()))
+    assert "# Ray workers (the 1 other node(s))" in two.render()
+
+
+def test_every_command_executed_is_the_plan_dry_run_prints(ws, monkeypatch) -> None:
+    """The executor runs the plan object's own argv lists; DRY_RUN renders the same object."""
+    plan = build_plan(resolve(ws.config(), ws.environ()))
+    ran: list[list[str]] = []
+
+    class Done:
+        returncode = 0
+        stdout = stderr = ""
+
+    class Proc:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            ran.append(argv)
+            self.stdout = iter(["LLMServerManager: ['127.0.0.1:1']\n", "step:1 - x:1\n"])
+
+        def poll(self) -> int:
+            return 0
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(cluster.subprocess, "run", lambda argv, **kw: ran.append(argv) or Done())
+    monkeypatch.setattr(cluster.subprocess, "Popen", Proc)
+    monkeypatch.setattr(cluster, "ray_nodes", lambda address: [{"address": "127.0.0.1", "gpus": 2}])
+    logs = ws.root / "out" / "logs"
+    rc = cluster.execute(plan, log=logs / "exp.log", vllm_log=logs / "exp_vllm.log", gpus_per_node=2,
+                         waits=cluster.Waits(poll_s=0.01), say=lambda _: None)
+    assert rc == 0
+    assert ran == [c.argv for c in plan.commands_for_this_node()]
+    rendered = plan.render()
+    assert all(c.render() in rendered for c in plan.commands_for_this_node())
+    assert (logs / "exp.log").read_text().splitlines()[-1] == "step:1 - x:1"
+    for path, text in plan.files.items():
+        assert path.read_text() == text
+
+
+def test_missing_nodes_are_named_after_the_wait(monkeypatch) -> None:
+    monkeypatch.setattr(cluster, "ray_nodes", lambda address: [{"address": "10.0.0.1", "gpus": 8},
+                                                               {"address": "10.0.0.2", "gpus": 4}])
+    with pytest.raises(LaunchError) as err:
+        cluster.wait_for_nodes("10.0.0.1:6379", 3, 8, cluster.Waits(nodes_s=0.0), say=lambda _: None)
+    assert "1 node(s) never joined" in err.value.message and "10.0.0.2 registered 4 of 8 GPUs" in err.value.message
+
+
+def test_vllm_throughput_lines_are_gathered_from_ray_worker_logs(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "worker-abc.out").write_text("noise\n(vLLMHttpServer) INFO Avg prompt throughput: 10.0 tokens/s, "
+                                         "Avg generation throughput: 5.0 tokens/s\n")
+    gatherer = cluster.VllmLogGatherer(logs, tmp_path / "exp_vllm.log")
+    assert gatherer.scan() == 1
+    with (logs / "worker-abc.out").open("a") as f:
+        f.write("Avg prompt throughput: 11.0 tokens/s\n")
+    assert gatherer.scan() == 1  # only new lines
+    assert len((tmp_path / "exp_vllm.log").read_text().splitlines()) == 2
+
+
+def _node(ws, cfg: Path, node_ip: str, ray_tmp: Path) -> subprocess.Popen:
+    env = {**os.environ, **ws.environ(NODE_IP=node_ip), "RAY_TMPDIR": str(ray_tmp), "RAY_AUTH_MODE": "token",
+           "RAY_gcs_rpc_server_reconnect_timeout_s": "5", "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, str(Path(__file__).with_name("_node.py")), str(cfg)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+
+
+@pytest.mark.slow
+def test_two_nodes_on_loopback_one_config(ws, tmp_path_factory) -> None:
+    """The same config on two 'nodes' (127.0.0.2 and 127.0.0.3): one is rank 0 and runs the
+    trainer on a two-node Ray cluster; the other joins, and exits cleanly once the head is gone."""
+    ray_tmp = Path(f"/tmp/rlkit-ray-{os.getpid()}")  # Ray's socket paths must stay short
+    ws.write_site(RAY_HEAD_ADDRESS="127.0.0.2", GPUS_PER_NODE=1, NODE_WAIT_S=240)
+    cfg = ws.config(NNODES=2, N_NODES_TRAIN=2)
+    worker = head = None
+    try:
+        worker = _node(ws, cfg, "127.0.0.3", ray_tmp)
+        time.sleep(1)
+        head = _node(ws, cfg, "127.0.0.2", ray_tmp)
+        head_out, _ = head.communicate(timeout=420)
+        assert head.returncode == 0, head_out[-4000:]
+        assert "this node is rank 0, the Ray head" in head_out
+        assert 'CLUSTER ["127.0.0.2", "127.0.0.3"]' in head_out
+        worker_out, _ = worker.communicate(timeout=180)
+        assert "this node is a Ray worker" in worker_out
+        assert worker.returncode == 0, worker_out[-4000:]
+        assert "went away; this worker is done" in worker_out
+        assert 'CLUSTER ["127.0.0.2", "127.0.0.3"]' in (ws.root / "out" / "logs" / "exp.log").read_text()
+    finally:
+        for proc in (head, worker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        plan = build_plan(resolve(cfg, ws.environ(NODE_IP="127.0.0.2")))
+        cluster.stop_ray(plan)  # anything of this run's Ray still up (only its GCS address)
+        subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
