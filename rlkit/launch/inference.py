@@ -222,16 +222,13 @@ class Inference:
         fields: dict[str, Any] = {}
         error: str | None = None
         diff: tuple[float, float] | None = None
-        if not self.config.dev_mode:
-            error = "the server is not in dev mode (InferenceConfig.dev_mode is off)"
-        else:
-            try:
-                timings = reload_in_place(self.vllm_url, path)
-                fields.update(paused=timings.paused, reload_s=timings.reload_s,
-                              reset_prefix_cache_s=timings.reset_prefix_cache_s)
-                self.weights_path = path
-            except LaunchError as exc:
-                error = str(exc)
+        try:  # a server without dev mode answers 404 here, and restarts
+            timings = reload_in_place(self.vllm_url, path)
+            fields.update(paused=timings.paused, reload_s=timings.reload_s,
+                          reset_prefix_cache_s=timings.reset_prefix_cache_s)
+            self.weights_path = path
+        except LaunchError as exc:
+            error = str(exc)
         limit = self.config.max_probe_diff
         if error is None and probe is not None:
             probe_start = time.perf_counter()

@@ -117,6 +117,11 @@ class ProxyProcess:
                     break
                 except subprocess.TimeoutExpired:
                     continue
+        if proc is not None:
+            try:  # anything the proxy started, also when it died by itself
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self._pump is not None:
             self._pump.join(timeout=5)
 

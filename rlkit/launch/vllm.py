@@ -195,9 +195,11 @@ class VllmServer:
 
     def stop(self, grace_s: float = 15.0) -> None:
         proc = self.process
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            if proc.poll() is not None:
+                break
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
@@ -207,7 +209,7 @@ class VllmServer:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        try:  # engine-core children that outlived the leader
+        try:  # engine-core children that outlived the leader (also when the leader died by itself)
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass

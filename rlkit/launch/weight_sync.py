@@ -92,11 +92,11 @@ def reload_in_place(vllm_url: str, weights_path: str, *, timeout_s: float = 600.
                               weights_path=weights_path) from exc
         reload_s = time.perf_counter() - start
         start = time.perf_counter()
-        reset_prefix_cache(vllm_url)
+        reset_prefix_cache(vllm_url)  # before resuming: frozen requests must not reuse old-weight blocks
         return ReloadTimings(paused=paused, reload_s=reload_s, reset_prefix_cache_s=time.perf_counter() - start)
     finally:
         if paused:
-            post_json(f"{vllm_url}/resume")
+            _resume(vllm_url)
 
 
 def _status(exc: Exception) -> int | None:
@@ -107,9 +107,16 @@ def _pause(vllm_url: str) -> bool:
     """Freeze in-flight requests; False where the server has no /pause (they then run on during the reload)."""
     try:
         post_json(f"{vllm_url}/pause?mode=keep")
-    except HttpStatusError:
+    except (HttpStatusError, OSError):
         return False
     return True
+
+
+def _resume(vllm_url: str) -> None:
+    try:
+        post_json(f"{vllm_url}/resume")
+    except (HttpStatusError, OSError) as exc:  # a server left paused serves nothing: restart it
+        raise LaunchError(f"vLLM did not resume generation after the reload: {exc}") from exc
 
 
 def reset_prefix_cache(vllm_url: str, *, attempts: int = 20) -> None:
