@@ -10,6 +10,8 @@ from rlkit.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rlkit.proxy.core import DEFAULT_MAX_CALLS, DEFAULT_MAX_SESSION_TOKENS
+
     p = argparse.ArgumentParser(prog="rlkit proxy", description="token-recording proxy in front of vLLM")
     sub = p.add_subparsers(dest="action", required=True)
     s = sub.add_parser("serve", help="serve OpenAI + Anthropic APIs, recording token ids per session")
@@ -21,10 +23,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tool-call-parser", default="qwen3_coder", help="TOOL_CALL_PARSER (verl parser name)")
     s.add_argument("--served-model-name", default=None, help="vLLM's --served-model-name (default: model path)")
     s.add_argument("--max-model-len", type=int, default=32768, help="context window (MAX_PROMPT + MAX_RESP)")
-    s.add_argument("--max-response-tokens", type=int, default=None, help="cap per call")
-    s.add_argument("--max-calls-per-session", type=int, default=None, help="model calls a session may make")
-    s.add_argument("--max-response-tokens-per-session", type=int, default=None,
-                   help="tokens after a session's first prompt, generated and inserted (MAX_RESP)")
+    s.add_argument("--max-response-tokens", type=int, default=None,
+                   help="cap per call; keep it at or above the client's own max_tokens, or the client sees "
+                        "truncated replies (Claude Code: 'output token limit' retry turns)")
+    s.add_argument("--max-calls-per-session", type=int, default=DEFAULT_MAX_CALLS,
+                   help="model calls a session may make, refused requests included (default %(default)s)")
+    s.add_argument("--max-response-tokens-per-session", type=int, default=DEFAULT_MAX_SESSION_TOKENS,
+                   help="tokens after a session's first prompt, generated and inserted (MAX_RESP; "
+                        "default %(default)s)")
+    s.add_argument("--first-token-timeout", type=float, default=600.0, metavar="S",
+                   help="end a call with an API error when vLLM sends no first token within S seconds "
+                        "(queueing + prefill; default %(default)s)")
+    s.add_argument("--token-timeout", type=float, default=120.0, metavar="S",
+                   help="end a call when vLLM sends no next token within S seconds (default %(default)s)")
     s.add_argument("--strict-parser-check", action="store_true",
                    help="refuse to start when the parser cannot read the chat template's tool calls")
     s.add_argument("--sampling", default="{}", help='default sampling params as JSON, e.g. \'{"temperature": 1}\'')
@@ -66,6 +77,7 @@ def main(argv: list[str]) -> int:
                          max_model_len=args.max_model_len, max_response_tokens=args.max_response_tokens,
                          max_calls_per_session=args.max_calls_per_session,
                          max_response_tokens_per_session=args.max_response_tokens_per_session,
+                         first_token_timeout_s=args.first_token_timeout, token_timeout_s=args.token_timeout,
                          default_sampling=sampling, strict_parser_check=args.strict_parser_check)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -40,6 +40,7 @@ def serve_command(config: ProxyConfig, python: str = sys.executable) -> list[str
     optional = {"--served-model-name": config.served_model_name, "--max-response-tokens": config.max_response_tokens,
                 "--max-calls-per-session": config.max_calls_per_session,
                 "--max-response-tokens-per-session": config.max_response_tokens_per_session}
+    optional |= {"--first-token-timeout": config.first_token_timeout_s, "--token-timeout": config.token_timeout_s}
     for flag, value in optional.items():
         if value is not None:
             cmd += [flag, str(value)]

@@ -20,6 +20,7 @@ _EXPORTS = {
     "session_for_api_key": "rlkit.proxy.session",
     "assemble": "rlkit.proxy.trajectory",
     "CallRecord": "rlkit.proxy.trajectory",
+    "probe_proxy": "rlkit.proxy.health",
 }
 
 __all__ = list(_EXPORTS)

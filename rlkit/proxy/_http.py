@@ -9,11 +9,20 @@ bodies are read too), persistent connections.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 from urllib.parse import urlsplit
 
 
 class ConnectFailed(ConnectionError):
     """The TCP connection could not be made, or broke before any response byte."""
+
+
+class StreamStalled(TimeoutError):
+    """An answer sent nothing for too long; `events_seen` (0: before the first token) says when."""
+
+    def __init__(self, message: str, events_seen: int) -> None:
+        super().__init__(message)
+        self.events_seen = events_seen
 
 
 class HttpPool:
@@ -47,20 +56,51 @@ class HttpPool:
                 raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
             return await self._exchange(conn, head + body)
 
-    async def _exchange(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                        payload: bytes) -> tuple[int, bytes]:
+    async def stream(self, path: str, body: bytes, *, first_timeout_s: float | None,
+                     gap_timeout_s: float | None) -> tuple[int, bytes | list[bytes]]:
+        """POST expecting server-sent events: (200, [each event's data]) once `data: [DONE]`
+        came, or (status, body) for a plain answer (an error, or a server that does not stream).
+
+        The head and first event must come within `first_timeout_s` (prefill and queueing), each
+        later event within `gap_timeout_s` of the one before; else StreamStalled, and the
+        connection is closed, which makes vLLM abort the request."""
+        head = b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % (
+            (self.prefix + path).encode(), self._host_header, len(body))
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                return await self._exchange(conn, head + body, (first_timeout_s, gap_timeout_s))
+            except ConnectFailed:
+                continue
+        try:
+            conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20),
+                                          first_timeout_s)
+        except TimeoutError as exc:
+            raise StreamStalled(f"no connection within {first_timeout_s:g}s (first-token timeout)", 0) from exc
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        return await self._exchange(conn, head + body, (first_timeout_s, gap_timeout_s))
+
+    async def _exchange(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], payload: bytes,
+                        events: tuple[float | None, float | None] | None = None) -> tuple[int, Any]:
+        """Send one request, read its answer. With `events` (first, gap timeouts) an event-stream
+        answer is read event by event under them, and a plain one within the first timeout."""
         reader, writer = conn
         keep = False
+        first_s = events[0] if events else None
         try:
             try:
                 writer.write(payload)
                 await writer.drain()
-                head = await reader.readuntil(b"\r\n\r\n")  # one wait for the whole header block
+                async with asyncio.timeout(first_s):
+                    head = await reader.readuntil(b"\r\n\r\n")  # one wait for the whole header block
+            except TimeoutError as exc:  # (an OSError too: caught first)
+                raise StreamStalled(f"no answer within {first_s:g}s (first-token timeout)", 0) from exc
             except (OSError, asyncio.IncompleteReadError) as exc:
                 raise ConnectFailed(f"connection to {self.host}:{self.port} lost: {exc!r}") from exc
             status_line, *lines = head[:-4].split(b"\r\n")
             status = int(status_line.split(b" ", 2)[1])
-            length, chunked, keep = -1, False, status_line.startswith(b"HTTP/1.1")
+            length, chunked, keep, sse = -1, False, status_line.startswith(b"HTTP/1.1"), False
             for line in lines:
                 name, _, value = line.partition(b":")
                 name = name.strip().lower()
@@ -70,12 +110,17 @@ class HttpPool:
                     chunked = True
                 elif name == b"connection":
                     keep = b"close" not in value.lower()
-            if chunked:
-                data = await self._read_chunked(reader)
-            elif length >= 0:
-                data = await reader.readexactly(length)
-            else:
-                data, keep = await reader.read(), False
+                elif name == b"content-type":
+                    sse = b"text/event-stream" in value.lower()
+            if events is not None and sse and chunked:
+                return status, await self._read_events(reader, *events)
+            async with asyncio.timeout(first_s):
+                if chunked:
+                    data = await self._read_chunked(reader)
+                elif length >= 0:
+                    data = await reader.readexactly(length)
+                else:
+                    data, keep = await reader.read(), False
             return status, data
         except BaseException:
             keep = False
@@ -85,6 +130,36 @@ class HttpPool:
                 self._idle.append(conn)
             else:
                 writer.close()
+
+    @staticmethod
+    async def _read_events(reader: asyncio.StreamReader, first_s: float | None, gap_s: float | None) -> list[bytes]:
+        """Each SSE event's data until `data: [DONE]` (a chunked body, as vLLM sends it)."""
+        events: list[bytes] = []
+        pending = b""
+        while True:
+            timeout = first_s if not events else gap_s
+            try:
+                async with asyncio.timeout(timeout):
+                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                    chunk = (await reader.readexactly(size + 2))[:-2]
+            except TimeoutError as exc:
+                what = (f"no token within {timeout:g}s (first-token timeout)" if not events
+                        else f"no token for {timeout:g}s after {len(events)} chunks (token timeout)")
+                raise StreamStalled(what, len(events)) from exc
+            if size == 0:
+                raise ConnectionResetError("the event stream ended without [DONE]")
+            pending += chunk
+            while (cut := pending.find(b"\n\n")) >= 0:
+                event, pending = pending[:cut], pending[cut + 2:]
+                for line in event.split(b"\n"):
+                    if line.startswith(b"data:"):
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            async with asyncio.timeout(gap_s):
+                                while await reader.readuntil(b"\r\n") != b"\r\n":  # last chunk, trailers
+                                    pass
+                            return events
+                        events.append(data)
 
     @staticmethod
     async def _read_chunked(reader: asyncio.StreamReader) -> bytes:

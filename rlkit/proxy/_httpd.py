@@ -43,6 +43,10 @@ class Request:
     async def read(self) -> bytes:
         return self.body
 
+    def client_gone(self) -> bool:
+        """The client closed its connection (nothing sent now would reach it)."""
+        return self._conn.closed
+
 
 class Response:
     __slots__ = ("body", "content_type", "status")
@@ -171,6 +175,10 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.server.connections.discard(self)
+        if self.task is not None and not self.task.done():
+            # The client went away mid-request: stop its handler, which closes the vLLM
+            # connection (vLLM then aborts the generation) and records nothing.
+            self.task.cancel()
         if self._idle is not None:
             self._idle.cancel()
         if self._can_write is not None and not self._can_write.done():

@@ -6,23 +6,29 @@ OpenAI message format (the Anthropic front end translates into it first).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlkit.config.schema import DEFAULT_PROXY_PORT
-from rlkit.errors import ContextExceededError, SessionBudgetError, UpstreamError
+from rlkit.errors import ContextExceededError, ProxyError, SessionBudgetError, UpstreamError
 from rlkit.proxy.render import ChatRenderer, normalize_message
 from rlkit.proxy.session import Chain, Session, SessionStore
 from rlkit.proxy.toolcalls import ParsedCompletion
 from rlkit.proxy.trajectory import CallRecord
-from rlkit.proxy.upstream import ReplicaRouter, ReplicaUnreachable, UpstreamClient
+from rlkit.proxy.upstream import ReplicaRouter, ReplicaUnreachable, UpstreamClient, UpstreamStalled
 
 log = logging.getLogger("rlkit.proxy")
+
+# A session's budgets when nobody set them: well above a real agent episode, far below a
+# client looping (opencode overflowing and compacting: 604 requests, 477k tokens in 10 min).
+DEFAULT_MAX_CALLS = 500
+DEFAULT_MAX_SESSION_TOKENS = 500_000
 
 # Request fields passed through to vLLM's sampling (OpenAI names plus vLLM extras).
 SAMPLING_KEYS = frozenset({
@@ -41,18 +47,35 @@ class ProxyConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = DEFAULT_PROXY_PORT
     max_model_len: int = 32768  # MAX_PROMPT + MAX_RESP, or the model's window
-    max_response_tokens: int | None = None  # cap per call; default: what is left of the window
-    # Per-session budgets (None: none); a session can override them. Agents do not stop on
-    # their own: Terminus-2 re-asks on truncated replies, OpenCode has no turn limit.
-    max_calls_per_session: int | None = None
+    # Cap per call; default: what is left of the window. A cap below the client's own
+    # max_tokens cuts replies the client expected to fit: Claude Code then sees
+    # stop_reason "max_tokens" and spends a turn asking to continue. Leave it unset (the
+    # window and the session budget bound a call anyway), or set the client's max_tokens
+    # (CLAUDE_CODE_MAX_OUTPUT_TOKENS) at or below it.
+    max_response_tokens: int | None = None
+    # Per-session budgets, always finite (None: the default); a session can override them.
+    # Agents do not stop on their own: Terminus-2 re-asks on truncated replies, OpenCode with a
+    # window smaller than its prompt compacts and overflows forever. Refused requests count.
+    max_calls_per_session: int = DEFAULT_MAX_CALLS
     # Tokens after the session's first prompt, generated and inserted (MAX_RESP).
-    max_response_tokens_per_session: int | None = None
+    max_response_tokens_per_session: int = DEFAULT_MAX_SESSION_TOKENS
     default_sampling: dict[str, Any] = Field(default_factory=dict)  # under the request's own values
-    upstream_timeout_s: float = 3600.0
+    # A stuck vLLM (hung, SIGSTOPped, deadlocked) must not hang every agent: no first token
+    # within this (queueing + prefill) or no next token within `token_timeout_s` ends the call
+    # with an API error naming the reason, and aborts the vLLM request.
+    first_token_timeout_s: float = Field(default=600.0, gt=0)
+    token_timeout_s: float = Field(default=120.0, gt=0)
     # At start the parser must read the chat template's own tool calls; False: only warn.
     strict_parser_check: bool = False
     # Streaming answers send a keep-alive (SSE comment / Anthropic ping) this often while generating.
     stream_keepalive_s: float = 10.0
+
+    @field_validator("max_calls_per_session", "max_response_tokens_per_session", mode="before")
+    @classmethod
+    def _finite_budget(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return DEFAULT_MAX_CALLS if info.field_name == "max_calls_per_session" else DEFAULT_MAX_SESSION_TOKENS
+        return value
 
 
 @dataclass(slots=True)
@@ -82,11 +105,12 @@ class ProxyCore:
         self.parser = parser
         self.router = ReplicaRouter.from_urls(config.upstreams)
         self.client = client or UpstreamClient(config.served_model_name or config.model_path,
-                                               timeout_s=config.upstream_timeout_s)
+                                               first_token_timeout_s=config.first_token_timeout_s,
+                                               token_timeout_s=config.token_timeout_s)
         self.sessions = SessionStore()
         self.parser_check: dict[str, Any] | None = None
         self.stats: dict[str, float] = {"calls": 0, "parse_failures": 0, "context_exceeded": 0,
-                                        "upstream_errors": 0, "budget_exhausted": 0, "continuation_failures": 0,
+                                        "upstream_errors": 0, "upstream_stalls": 0, "budget_exhausted": 0, "continuation_failures": 0,
                                         "full_renders": 0, "prompt_tokens": 0, "completion_tokens": 0, "upstream_seconds": 0.0}
 
     async def check_parser(self) -> dict[str, Any]:
@@ -114,10 +138,23 @@ class ProxyCore:
                 raise UserError(message, key="TOOL_CALL_PARSER",
                                 fix="set TOOL_CALL_PARSER to the parser of the model's chat template")
             log.warning(message)
-        # Never promise more context than the replicas serve: clamp to the smallest window.
-        windows = [w for w in [await self.client.max_model_len(r) for r in self.router.replicas] if w]
-        if windows and min(windows) < self.config.max_model_len:
-            self.config = self.config.model_copy(update={"max_model_len": min(windows)})
+        # Never promise more context than the replicas serve: read their windows now (again
+        # whenever one comes back; `max_model_len` takes the smallest).
+        for replica in self.router.replicas:
+            await self.client.describe(replica, timeout_s=10.0)
+
+    @property
+    def max_model_len(self) -> int:
+        """The window calls get: the configured one, clamped to what the live replicas serve."""
+        return self.router.window(self.config.max_model_len)
+
+    async def _refresh_windows(self) -> None:
+        """Re-read the window of replicas that (re)appeared since their last read."""
+        for replica in self.router.replicas:
+            if replica.stale and replica.down_until <= time.monotonic():
+                answer = await self.client.describe(replica)
+                if not answer["up"]:
+                    self.router.mark_down(replica)
 
     async def close(self) -> None:
         await self.client.close()
@@ -127,6 +164,7 @@ class ProxyCore:
     def set_session_sampling(self, session_id: str, overrides: dict[str, Any], *, replace: bool = False) -> None:
         """Sampling params forced on every call of a session (they win over the request's)."""
         session = self.sessions.get(session_id)
+        session.pinned = True
         if replace:
             session.sampling_overrides = dict(overrides)
         else:
@@ -136,7 +174,9 @@ class ProxyCore:
     def set_session_limits(self, session_id: str, *, max_calls: int | None = None,
                            max_response_tokens: int | None = None) -> dict[str, int]:
         """Budgets of one session, over the config's (a None leaves that one as configured)."""
-        limits = self.sessions.get(session_id).limits
+        session = self.sessions.get(session_id)
+        session.pinned = True
+        limits = session.limits
         for key, value in (("max_calls", max_calls), ("max_response_tokens", max_response_tokens)):
             if value is not None:
                 limits[key] = int(value)
@@ -150,7 +190,7 @@ class ProxyCore:
             return SessionBudgetError(f"this session used all of its {what}")
 
         max_calls = session.limits.get("max_calls", self.config.max_calls_per_session)
-        if max_calls is not None and len(session.calls) >= max_calls:
+        if max_calls is not None and len(session.calls) + session.refused >= max_calls:
             raise exhausted("call_limit", f"{max_calls} model calls")
         budget = session.limits.get("max_response_tokens", self.config.max_response_tokens_per_session)
         if budget is None:
@@ -159,6 +199,16 @@ class ProxyCore:
         if left <= 0:
             raise exhausted("response_budget", f"{budget} response tokens")
         return left
+
+    def _too_long(self, session: Session, prompt_tokens: int, window: int,
+                  upstream: str | None = None) -> ContextExceededError:
+        """The overflow refusal, worded as the clients recognise it ("prompt is too long")."""
+        self.stats["context_exceeded"] += 1
+        session.add_reason("context_exceeded")
+        session.refused += 1
+        detail = f" (vLLM: {upstream})" if upstream else ""
+        return ContextExceededError(f"prompt is too long: {prompt_tokens} tokens > {window - 1} maximum{detail}",
+                                    prompt_tokens=prompt_tokens, max_tokens=window)
 
     def trajectory(self, session_id: str, *, calls: str = "full") -> dict[str, Any] | None:
         session = self.sessions.peek(session_id)
@@ -213,23 +263,40 @@ class ProxyCore:
 
     async def chat(self, session_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                    sampling: dict[str, Any], max_tokens: int | None = None,
-                   on_accepted: Callable[[int], Awaitable[None]] | None = None) -> ChatResult:
+                   on_accepted: Callable[[int], Awaitable[None]] | None = None,
+                   client_gone: Callable[[], bool] | None = None) -> ChatResult:
         """Serve one turn. `on_accepted(prompt_tokens)` runs once the request passed its checks,
-        before generation (streaming answers open their response there)."""
+        before generation (streaming answers open their response there).
+
+        A session this request created is dropped again when the request fails (or its client
+        went away) before anything was recorded: no call, no end reason, no limits set."""
+        created = self.sessions.peek(session_id) is None
         session = self.sessions.get(session_id)
+        try:
+            return await self._chat(session, messages, tools, sampling, max_tokens, on_accepted, client_gone)
+        except BaseException:
+            if created and not session.calls and not session.reasons and not session.pinned:
+                self.sessions.pop(session_id)
+                self.router.release(session_id)
+            raise
+
+    async def _chat(self, session: Session, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    sampling: dict[str, Any], max_tokens: int | None,
+                    on_accepted: Callable[[int], Awaitable[None]] | None,
+                    client_gone: Callable[[], bool] | None) -> ChatResult:
+        session_id = session.session_id
         tools = tools or None
         norm = session.normalize(messages)
         tkey = session.tools_key(tools)
         parent_call, parent, new_prompt, prompt_ids = self._prompt(session, messages, tools, norm, tkey)
 
-        window = self.config.max_model_len
+        if any(r.stale for r in self.router.replicas):
+            await self._refresh_windows()
+        window = self.max_model_len
         room = window - len(prompt_ids)
-        if room <= 0:
-            self.stats["context_exceeded"] += 1
-            session.add_reason("context_exceeded")
-            raise ContextExceededError(f"prompt is too long: {len(prompt_ids)} tokens > {window - 1} maximum",
-                                       prompt_tokens=len(prompt_ids), max_tokens=window)
         budget_left = self._budget_left(session, new_prompt)
+        if room <= 0:
+            raise self._too_long(session, len(prompt_ids), window)
         limit = max(1, min(x for x in (max_tokens, self.config.max_response_tokens, room, budget_left)
                            if x is not None))
         params = {**self.config.default_sampling, **sampling, **session.sampling_overrides, "max_tokens": limit}
@@ -242,10 +309,16 @@ class ProxyCore:
         started = time.perf_counter()
         try:
             out, replica = await self._complete(session_id, prompt_ids, params)
-        except ContextExceededError:
-            self.stats["context_exceeded"] += 1
-            session.add_reason("context_exceeded")
-            raise
+        except ContextExceededError as exc:  # vLLM's window is smaller than we knew (it restarted)
+            await self._refresh_windows()
+            raise self._too_long(session, len(prompt_ids), self.max_model_len, exc.message) from None
+        except UpstreamStalled as exc:
+            self.stats["upstream_stalls"] += 1
+            self.stats["upstream_errors"] += 1
+            session.add_reason("upstream_timeout")
+            raise ProxyError(f"the model server stalled and the call was aborted: {exc.message}",
+                             reason="first_token_timeout" if exc.fields.get("first_token") else "token_timeout",
+                             ) from exc
         except UpstreamError:
             self.stats["upstream_errors"] += 1
             raise
@@ -262,6 +335,8 @@ class ProxyCore:
         text = self.renderer.completion_text(body_ids, upstream_text, ended_with_eos=ended_with_eos)
         parsed: ParsedCompletion = await self.parser.parse(body_ids, text, tools, tkey)
 
+        if client_gone is not None and client_gone():  # nobody will see this answer: do not train on it
+            raise asyncio.CancelledError("the client went away before the answer")
         index = len(session.calls)
         session.response_tokens += (len(new_prompt) if index else 0) + len(completion)
         stats = self.stats

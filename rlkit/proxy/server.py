@@ -13,7 +13,10 @@ or logged. Admin endpoints:
                                          past one, calls get a 400 (session_budget_exceeded) and the
                                          trajectory the reason call_limit or response_budget
     POST /s/<session>/close              drop the session, answer its final trajectory
-    GET  /sessions, GET /stats (counters), GET /health (503 when no vLLM replica answers)
+    GET  /sessions, GET /stats (counters)
+    GET  /health                         every backend (url, up, models, max_model_len); 503 unless one
+                                         serves the configured model
+    GET|HEAD / and /s/<session>          200 (clients' preconnect); creates no session
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import errno
 import gc
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -46,6 +50,15 @@ def _session_id(request: Any) -> str:
     auth = request.headers.get("authorization", "")
     key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
     return session_for_api_key(key) if key else DEFAULT_SESSION
+
+
+def _openai_overflow(exc: ContextExceededError) -> str:
+    """OpenAI's own wording of an overflow (what OpenAI-speaking clients match on)."""
+    window, prompt = exc.fields.get("max_tokens"), exc.fields.get("prompt_tokens")
+    if window is None or prompt is None:
+        return exc.message
+    return (f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+            f"{prompt} tokens. Please reduce the length of the messages. ({exc.message})")
 
 
 class _EarlyStream:
@@ -110,19 +123,35 @@ class ProxyApp:
         router.add("POST", "/s/{session}/close", self.close)
         router.add("GET", "/sessions", self.sessions)
         router.add("GET", "/health", self.health)
+        router.add("GET", "/", self.ping)
+        router.add("GET", "/s/{session}", self.ping)
         router.add("GET", "/stats", self.stats)
         return router
 
     async def health(self, request: Any) -> Any:
-        """200 only while at least one vLLM replica answers: a proxy whose backends are gone is not healthy."""
+        """Each backend (url, up, models served, max_model_len); 200 only while one of them serves
+        the configured model: a proxy whose backends are gone, or serve another model, is not healthy."""
         replicas = self.core.router.replicas
-        if request.query.get("deep", "1") == "0":
-            return json_response({"status": "ok", "upstreams": {r.base_url: None for r in replicas}})
-        states = await asyncio.gather(*(self.core.client.healthy(r) for r in replicas))
-        ok = any(states)
-        return json_response({"status": "ok" if ok else "no healthy upstream",
-                              "upstreams": {r.base_url: s for r, s in zip(replicas, states, strict=True)}},
+        backends = await asyncio.gather(*(self.core.client.describe(r) for r in replicas))
+        for replica, backend in zip(replicas, backends, strict=True):
+            if not backend["up"]:
+                self.core.router.mark_down(replica)
+            elif replica.down_until:  # back: its window was just read again
+                replica.down_until = 0.0
+        serving = [b for b in backends if b["serves_model"]]
+        ok = bool(serving)
+        reason = None if ok else (
+            "no backend answers" if not any(b["up"] for b in backends)
+            else f"no backend serves {self.core.client.model_name}")
+        return json_response({"status": "ok" if ok else "unhealthy", "reason": reason, "pid": os.getpid(),
+                              "model": self.core.client.model_name, "max_model_len": self.core.max_model_len,
+                              "backends": backends,
+                              "upstreams": {b["url"]: b["serves_model"] for b in backends}},
                              200 if ok else 503)
+
+    async def ping(self, request: Any) -> Any:
+        """HEAD/GET of a base URL (Claude Code preconnects to it): the proxy answers, nothing else."""
+        return json_response({"status": "ok"})
 
     async def stats(self, request: Any) -> Any:
         return json_response({**self.core.stats, "sessions": len(self.core.sessions.ids()),
@@ -187,12 +216,14 @@ class ProxyApp:
                                   formats.OPENAI_KEEPALIVE, self.core.config.stream_keepalive_s)
         try:
             result = await self.core.chat(_session_id(request), messages, body.get("tools"), pick_sampling(body),
-                                          max_tokens, on_accepted=stream.open if stream else None)
+                                          max_tokens, on_accepted=stream.open if stream else None,
+                                          client_gone=request.client_gone)
         except ContextExceededError as exc:
+            message = _openai_overflow(exc)
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.openai_stream_error(
-                    exc.message, kind="invalid_request_error", code="context_length_exceeded"))
-            return json_response(formats.openai_error(exc.message, kind="invalid_request_error",
+                    message, kind="invalid_request_error", code="context_length_exceeded"))
+            return json_response(formats.openai_error(message, kind="invalid_request_error",
                                                       code="context_length_exceeded", param="messages"), 400)
         except SessionBudgetError as exc:  # a 400: clients do not retry it, so the episode ends
             return json_response(formats.openai_error(exc.message, kind="invalid_request_error",
@@ -222,7 +253,8 @@ class ProxyApp:
                                   formats.ANTHROPIC_PING, self.core.config.stream_keepalive_s)
         try:
             result = await self.core.chat(_session_id(request), messages, tools, anthropic.sampling(body),
-                                          body.get("max_tokens"), on_accepted=stream.open if stream else None)
+                                          body.get("max_tokens"), on_accepted=stream.open if stream else None,
+                                          client_gone=request.client_gone)
         except ContextExceededError as exc:
             if stream is not None and stream.response is not None:
                 return await stream.finish(formats.anthropic_stream_error(exc.message, kind="invalid_request_error"))

@@ -43,6 +43,8 @@ class Session:
     continuation_failures: int = 0  # template not prefix-stable; the prompt was rendered in full
     limits: dict[str, int] = field(default_factory=dict)  # max_calls / max_response_tokens overrides
     response_tokens: int = 0  # after the first prompt: generated plus inserted, counted per call
+    refused: int = 0  # requests refused before generating (prompt too long); they count as calls
+    pinned: bool = False  # opened by the engine (limits, sampling): kept even with no calls
     # The last request's messages and their normalized forms. Agents resend the whole history
     # on every call; an equal dict (compared in C) reuses its form instead of normalizing again,
     # so a call's cost does not grow with the conversation.

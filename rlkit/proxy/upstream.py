@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from rlkit.errors import ContextExceededError, UpstreamError
-from rlkit.proxy._http import ConnectFailed, HttpPool
+from rlkit.proxy._http import ConnectFailed, HttpPool, StreamStalled
 
 
 @dataclass(slots=True)
@@ -19,6 +19,11 @@ class Replica:
     in_flight: int = 0
     sessions: int = 0
     down_until: float = 0.0  # monotonic time; unreachable replicas sit out a while
+    # What the replica serves, from its /v1/models: read at start, again whenever it
+    # (re)appears (a restart may change --max-model-len) and on every health check.
+    max_model_len: int | None = None
+    models: tuple[str, ...] = ()
+    stale: bool = True  # its window must be read again before the next call
 
 
 @dataclass
@@ -55,6 +60,14 @@ class ReplicaRouter:
 
     def mark_down(self, replica: Replica) -> None:
         replica.down_until = time.monotonic() + self.down_s
+        replica.stale = True
+
+    def window(self, configured: int) -> int:
+        """The context window a call may use: the configured one, clamped to the smallest
+        window a live replica serves."""
+        now = time.monotonic()
+        served = [r.max_model_len for r in self.replicas if r.max_model_len and r.down_until <= now]
+        return min([configured, *served])
 
     def any_up(self) -> bool:
         now = time.monotonic()
@@ -70,15 +83,35 @@ class ReplicaUnreachable(UpstreamError):
     """No connection to a replica (down or restarting); another replica may serve the call."""
 
 
+class UpstreamStalled(UpstreamError):
+    """vLLM took longer than the first-token or token timeout; the call was aborted."""
+
+
+def error_message(raw: bytes) -> str:
+    """vLLM's error text from its JSON error body ({"error": {"message"}} or {"message"}), else the body."""
+    text = raw.decode(errors="replace")
+    try:
+        data = orjson.loads(raw)
+    except ValueError:
+        return text[:2000]
+    if isinstance(data, dict):
+        inner = data.get("error") if isinstance(data.get("error"), dict) else data
+        if isinstance(inner.get("message"), str):
+            return inner["message"][:2000]
+    return text[:2000]
+
+
 _CONTEXT_HINTS = ("maximum context length", "context length", "max_model_len", "too long")
 
 
 class UpstreamClient:
     """Keep-alive connections to every replica, shared by all sessions."""
 
-    def __init__(self, model_name: str, *, timeout_s: float = 3600.0) -> None:
+    def __init__(self, model_name: str, *, first_token_timeout_s: float | None = 600.0,
+                 token_timeout_s: float | None = 120.0) -> None:
         self.model_name = model_name
-        self._timeout_s = timeout_s
+        self.first_token_timeout_s = first_token_timeout_s
+        self.token_timeout_s = token_timeout_s
         self._pools: dict[str, HttpPool] = {}
 
     def _pool(self, replica: Replica) -> HttpPool:
@@ -94,15 +127,33 @@ class UpstreamClient:
 
     async def max_model_len(self, replica: Replica) -> int | None:
         """The context window vLLM serves with (from /v1/models), or None if unknown."""
+        return (await self.describe(replica, timeout_s=10.0))["max_model_len"]
+
+    async def describe(self, replica: Replica, timeout_s: float = 2.0) -> dict[str, Any]:
+        """One backend as /health reports it (its /v1/models answer); refreshes the replica's
+        window and model list."""
+        error = None
         try:
-            status, raw = await self._pool(replica).request("GET", "/v1/models", timeout_s=10)
-            data = orjson.loads(raw) if status == 200 else {}
-        except (OSError, TimeoutError, ValueError):
-            return None
-        for model in data.get("data") or []:
-            if model.get("id") == self.model_name and model.get("max_model_len"):
-                return int(model["max_model_len"])
-        return None
+            status, raw = await self._pool(replica).request("GET", "/v1/models", timeout_s=timeout_s)
+            data = orjson.loads(raw) if status == 200 else None
+            if data is None:
+                error = f"/v1/models answered {status}"
+        except TimeoutError:
+            data, error = None, f"no answer within {timeout_s:g}s"
+        except (OSError, ValueError) as exc:
+            data, error = None, f"unreachable: {exc}"
+        if data is None:
+            replica.stale = True
+            return {"url": replica.base_url, "up": False, "models": [], "serves_model": False,
+                    "max_model_len": None, "error": error}
+        entries = [m for m in data.get("data") or [] if isinstance(m, dict)]
+        replica.models = tuple(str(m.get("id")) for m in entries)
+        mine = next((m for m in entries if m.get("id") == self.model_name), None)
+        replica.max_model_len = int(mine["max_model_len"]) if mine and mine.get("max_model_len") else None
+        replica.stale = False
+        return {"url": replica.base_url, "up": True, "models": list(replica.models), "serves_model": mine is not None,
+                "max_model_len": replica.max_model_len,
+                "error": None if mine else f"serves {', '.join(replica.models) or 'no model'}, not {self.model_name}"}
 
     async def healthy(self, replica: Replica, timeout_s: float = 2.0) -> bool:
         try:
@@ -112,30 +163,56 @@ class UpstreamClient:
         return status == 200
 
     async def complete(self, replica: Replica, prompt_ids: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
-        """One token-in/token-out completion: vLLM's first choice (token ids, logprobs, finish reason)."""
+        """One token-in/token-out completion: vLLM's first choice (token ids, logprobs, finish reason).
+
+        Streamed from vLLM, so a stuck engine is noticed: no first token within
+        `first_token_timeout_s`, or no next one within `token_timeout_s`, aborts the call
+        (the connection closes and vLLM drops the request)."""
         # Text with special tokens as they are (tool-call markup), spaced as the tokenizer decodes it.
         body = {"model": self.model_name, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
-                "echo": False, "stream": False, "skip_special_tokens": False,
+                "echo": False, "stream": True, "skip_special_tokens": False,
                 "spaces_between_special_tokens": False, **sampling}
         replica.in_flight += 1
         try:
-            status, raw = await self._pool(replica).request("POST", "/v1/completions", orjson.dumps(body),
-                                                            timeout_s=self._timeout_s)
+            status, answer = await self._pool(replica).stream("/v1/completions", orjson.dumps(body),
+                                                              first_timeout_s=self.first_token_timeout_s,
+                                                              gap_timeout_s=self.token_timeout_s)
         except ConnectFailed as exc:
             raise ReplicaUnreachable(f"vLLM at {replica.base_url} unreachable: {exc}",
                                      upstream=replica.base_url) from exc
+        except StreamStalled as exc:
+            raise UpstreamStalled(f"vLLM at {replica.base_url} is stuck: {exc}", upstream=replica.base_url,
+                                  first_token=exc.events_seen == 0) from exc
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             raise UpstreamError(f"vLLM at {replica.base_url} failed: {exc!r}", upstream=replica.base_url) from exc
         finally:
             replica.in_flight -= 1
         if status != 200:
-            text = raw.decode(errors="replace")[:2000]
+            raw = answer if isinstance(answer, bytes) else b""
+            text = error_message(raw)
             if status == 400 and any(h in text.lower() for h in _CONTEXT_HINTS):
+                replica.stale = True  # its window may have changed (a restart with another --max-model-len)
                 raise ContextExceededError(text, upstream=replica.base_url)
             raise UpstreamError(f"vLLM at {replica.base_url} answered {status}: {text}", upstream=replica.base_url,
                                 status=status)
-        data = orjson.loads(raw)
-        choice = data["choices"][0]
-        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        return {"token_ids": choice.get("token_ids") or [], "logprobs": [float(x or 0.0) for x in logprobs],
-                "finish_reason": choice.get("finish_reason") or "stop", "text": choice.get("text", "")}
+        if isinstance(answer, bytes):  # a server that answered in one piece
+            choice = orjson.loads(answer)["choices"][0]
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            return {"token_ids": choice.get("token_ids") or [], "logprobs": [float(x or 0.0) for x in logprobs],
+                    "finish_reason": choice.get("finish_reason") or "stop", "text": choice.get("text", "")}
+        return _join_stream(answer)
+
+
+def _join_stream(events: list[bytes]) -> dict[str, Any]:
+    """One completion from vLLM's streamed chunks (each: new token ids, their logprobs, text)."""
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+    texts: list[str] = []
+    finish = "stop"
+    for raw in events:
+        for choice in orjson.loads(raw).get("choices") or ():
+            token_ids += choice.get("token_ids") or ()
+            logprobs += [float(x or 0.0) for x in (choice.get("logprobs") or {}).get("token_logprobs") or ()]
+            texts.append(choice.get("text") or "")
+            finish = choice.get("finish_reason") or finish
+    return {"token_ids": token_ids, "logprobs": logprobs, "finish_reason": finish, "text": "".join(texts)}

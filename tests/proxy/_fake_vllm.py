@@ -20,8 +20,16 @@ Reply = Callable[[list[int], dict[str, Any]], list[int]]
 class FakeVllm:
     def __init__(self, reply: Reply, *, model: str = "tiny", max_model_len: int = 8192,
                  finish_reason: str = "stop", delay_s: float = 0.0, status: int = 200,
-                 text: Callable[[list[int]], str] | None = None) -> None:
+                 text: Callable[[list[int]], str] | None = None, stream: bool = False,
+                 stall_after: int | None = None, stall_s: float = 0.0) -> None:
         self.reply = reply
+        # stream=True answers `"stream": true` requests as vLLM does (one SSE chunk per token);
+        # after `stall_after` tokens it stops for `stall_s` (a hung engine mid-generation).
+        self.stream = stream
+        self.stall_after = stall_after
+        self.stall_s = stall_s
+        self.error_text = "engine died"  # the body of a non-200 answer
+        self.aborted = 0  # streamed answers whose client (the proxy) hung up
         self.text = text  # the completion's text, as vLLM detokenizes it (default: none sent)
         self.model = model
         self.max_model_len = max_model_len
@@ -38,12 +46,32 @@ class FakeVllm:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.status != 200:
-            return web.Response(status=self.status, text="engine died")
+            return web.Response(status=self.status, text=self.error_text)
         ids = self.reply(body["prompt"], body)
+        if self.stream and body.get("stream"):
+            return await self._stream(request, ids)
         choice = {"index": 0, "text": self.text(ids) if self.text else "", "token_ids": ids, "finish_reason": self.finish_reason,
                   "logprobs": {"token_logprobs": [-0.5 - 0.01 * i for i in range(len(ids))]}}
         return web.Response(body=orjson.dumps({"choices": [choice], "prompt_token_ids": body["prompt"]}),
                             content_type="application/json")
+
+    async def _stream(self, request: web.Request, ids: list[int]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for i, token in enumerate(ids):
+                if self.stall_after is not None and i == self.stall_after:
+                    await asyncio.sleep(self.stall_s)
+                last = i == len(ids) - 1
+                choice = {"index": 0, "text": "", "token_ids": [token], "logprobs": {"token_logprobs": [-0.5]},
+                          "finish_reason": self.finish_reason if last else None}
+                await response.write(b"data: " + orjson.dumps({"choices": [choice]}) + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            self.aborted += 1
+            raise
+        return response
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

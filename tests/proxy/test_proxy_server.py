@@ -368,7 +368,7 @@ def test_models_stats_and_health_endpoints(tiny_model_dir: Path) -> None:
 def test_window_is_clamped_to_what_vllm_serves(tiny_model_dir: Path) -> None:
     async def body() -> None:
         async with proxy_on(tiny_model_dir, max_model_len=8192, served_len=2048) as (proxy, _):
-            assert proxy.core.config.max_model_len == 2048
+            assert proxy.core.max_model_len == 2048 and proxy.core.config.max_model_len == 8192
     run(body())
 
 
