@@ -39,7 +39,10 @@ class SftSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    epochs: int = Field(default=12, ge=1, description="passes over the fully trained tasks' trajectories")
+    epochs: int = Field(default=80, ge=1, description="most passes over the fully trained tasks' trajectories")
+    target_replay: float = Field(default=0.5, gt=0, le=1.0,
+                                 description="stop once exp(-summed masked loss), the chance of sampling the "
+                                             "teacher's tokens at temperature 1, averages this over the tasks")
     lr: float = Field(default=3e-3, gt=0, description="AdamW learning rate")
     task_fraction: float = Field(default=1.0, gt=0, le=1.0,
                                  description="share of tasks trained `epochs` times; the others once")
@@ -120,24 +123,33 @@ def training_batch(records: list[TrialRecord], *, max_prompt: int, max_response:
     return build_batch(passing, max_prompt=max_prompt, max_response=max_response, pad_id=pad_id)
 
 
-def masked_loss(model: Any, batch: Any) -> Any:
-    """Token-mean cross-entropy of the batch's responses where `response_mask` is 1 (prompts,
-    tool output and terminal screens inserted between calls carry no loss)."""
+def masked_nats(model: Any, batch: Any) -> tuple[Any, Any]:
+    """(token-mean loss, per-row summed loss) of the batch's responses where `response_mask` is 1.
+
+    Prompts, tool output and terminal screens inserted between calls carry no loss. A row's
+    summed loss is minus the log-probability of sampling its model tokens exactly, so
+    exp(-sum) is the chance that sampling at temperature 1 replays the teacher."""
     import torch
 
     width = batch.prompt_width
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   position_ids=batch.position_ids).logits
-    # logits at position t predict token t + 1: the responses are predicted from width - 1 on
-    logits = logits[:, width - 1: width - 1 + batch.responses.shape[1]].float()
+    hidden = model.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                         position_ids=batch.position_ids).last_hidden_state
+    # hidden state t predicts token t + 1: the responses are predicted from width - 1 on (the
+    # LM head runs on those positions only; the prompt's logits are never needed)
+    logits = model.lm_head(hidden[:, width - 1: width - 1 + batch.responses.shape[1]]).float()
     losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.responses, reduction="none")
-    mask = batch.response_mask
-    return (losses * mask).sum() / mask.sum().clamp(min=1.0)
+    masked = losses * batch.response_mask
+    return masked.sum() / batch.response_mask.sum().clamp(min=1.0), masked.sum(dim=1)
 
 
 def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings: SftSettings,
-             log: Callable[[str], None] = print) -> list[float]:
-    """Fine-tune `base_dir` on the records' masked tokens; save an HF dir to `out_dir`. Mean loss per epoch."""
+             log: Callable[[str], None] = print, device: str = "cpu") -> list[float]:
+    """Fine-tune `base_dir` on the records' masked tokens; save an HF dir to `out_dir`. Mean loss per epoch.
+
+    Stops early once the replay chance exp(-summed loss), averaged over the tasks, reaches
+    `settings.target_replay`: past that the model memorises and RL has nothing left to climb."""
+    import math
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -151,24 +163,30 @@ def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings
     rng = random.Random(settings.seed)
     tasks = sorted(set(batch.uid.tolist()))
     full = set(rng.sample(tasks, max(1, round(len(tasks) * settings.task_fraction))))
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32).to(device)
+    batch = batch.to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     losses = []
     for epoch in range(settings.epochs):
         rows = [i for i in range(batch.rows) if batch.uid[i] in full or epoch == 0]
         rng.shuffle(rows)
-        total = 0.0
+        total, nats = 0.0, dict.fromkeys(tasks, 0.0)
         for row in rows:
-            loss = masked_loss(model, batch.select([row]))
+            loss, row_nats = masked_nats(model, batch.select([row]))
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             total += float(loss.detach())
+            nats[batch.uid[row]] += float(row_nats.detach().sum())
         losses.append(total / len(rows))
-        log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f} ({len(rows)} sequences)")
-    save_model(model, base_dir, out_dir)
+        replay = sum(math.exp(-nats[t]) for t in full) / len(full)
+        log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f}, "
+            f"replay chance {replay:.2f} ({len(rows)} sequences)")
+        if replay >= settings.target_replay:
+            break
+    save_model(model.cpu(), base_dir, out_dir)
     return losses
 
 

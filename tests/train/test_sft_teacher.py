@@ -1,0 +1,104 @@
+"""The scripted teacher, as the real proxy sees it: vLLM-shaped answers the proxy records.
+
+No docker, no vLLM: the teacher is the proxy's upstream and the test talks to the proxy
+as Terminus-2 does (OpenAI chat completions on a session URL).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rlkit.train._teacher import CONFIRM_HINT, TeacherScript, TeacherServer, solution_keystrokes
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = REPO / "examples" / "tasks" / "word-frequency"
+OTHER = REPO / "examples" / "tasks" / "lru-cache-recency"
+
+
+def _terminus_prompt(task_dir: Path) -> str:
+    instruction = (task_dir / "instruction.md").read_text()
+    return f"You are an AI assistant...\n\nTask Description:\n{instruction}\n\nCurrent terminal state:\nroot@box:/app# "
+
+
+def test_solution_keystrokes_keep_commands_and_heredoc_only() -> None:
+    keys = solution_keystrokes((TASK / "solution" / "solve.sh").read_text())
+    assert keys.startswith("cd /app\ngit apply")
+    assert "#!/bin/bash" not in keys and "set -euo" not in keys
+    assert keys.rstrip("\n").endswith("PATCH")  # the heredoc is closed, every line sent
+    body = keys.split("<<'PATCH'\n", 1)[1]
+    assert body.startswith("--- a/")  # heredoc lines are kept verbatim, comments included
+
+
+def test_script_picks_the_task_and_confirms() -> None:
+    script = TeacherScript.from_task_dirs([TASK, OTHER])
+    fix = json.loads(script.reply(_terminus_prompt(TASK)))
+    assert "wordfreq/count.py" in fix["commands"][0]["keystrokes"] and fix["task_complete"] is True
+    other = json.loads(script.reply(_terminus_prompt(OTHER)))
+    assert "cachekit/lru.py" in other["commands"][0]["keystrokes"]
+    confirm = json.loads(script.reply(_terminus_prompt(TASK) + f"<|im_start|>user\n{CONFIRM_HINT}?"))
+    assert confirm["commands"] == [] and confirm["task_complete"] is True
+
+
+@pytest.fixture
+def teacher_proxy(tiny_model_dir: Path):
+    from rlkit.proxy import BackgroundProxy, ProxyConfig
+
+    script = TeacherScript.from_task_dirs([TASK, OTHER])
+    with TeacherServer(tiny_model_dir, script, served_model_name="policy", max_model_len=8192) as teacher, \
+            BackgroundProxy(ProxyConfig(model_path=str(tiny_model_dir), upstreams=[teacher.url], port=0,
+                                        served_model_name="policy", max_model_len=16384)) as proxy:
+        yield teacher, proxy
+
+
+def _chat(proxy, session: str, messages: list[dict]) -> str:
+    response = httpx.post(f"{proxy.openai_base_url(session)}/chat/completions", timeout=60, trust_env=False,
+                          json={"model": "policy", "messages": messages, "temperature": 1.0})
+    response.raise_for_status()
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def test_proxy_records_teacher_tokens_as_sampled(teacher_proxy) -> None:
+    from harbor.agents.terminus_2.terminus_json_plain_parser import TerminusJSONPlainParser
+
+    teacher, proxy = teacher_proxy
+    # the proxy clamped its window to what the teacher's /v1/models announced
+    assert proxy.server.core.config.max_model_len == 8192
+    messages = [{"role": "user", "content": _terminus_prompt(TASK)}]
+    first = _chat(proxy, "s1", messages)
+    parsed = TerminusJSONPlainParser().parse_response(first)
+    assert not parsed.error and parsed.is_task_complete
+    assert parsed.commands[0].keystrokes == solution_keystrokes((TASK / "solution" / "solve.sh").read_text())
+
+    messages += [{"role": "assistant", "content": first},
+                 {"role": "user", "content": f"New Terminal Output:\n\n{CONFIRM_HINT}? ..."}]
+    second = _chat(proxy, "s1", messages)
+    assert TerminusJSONPlainParser().parse_response(second).commands == []
+
+    record = proxy.trajectory("s1")
+    assert (record["num_segments"], record["num_breaks"]) == (1, 0)
+    [segment] = record["segments"]
+    tokens = teacher.tokenizer
+    first_ids = tokens.encode(first, add_special_tokens=False) + [teacher.eos_id]
+    second_ids = tokens.encode(second, add_special_tokens=False) + [teacher.eos_id]
+    response, mask = segment["response_ids"], segment["response_mask"]
+    # teacher tokens are model tokens (mask 1, logprob 0.0); the user turn between is mask 0
+    assert response[:len(first_ids)] == first_ids and response[-len(second_ids):] == second_ids
+    assert mask[:len(first_ids)] == [1] * len(first_ids) and mask[-len(second_ids):] == [1] * len(second_ids)
+    assert 0 < mask.count(0) == len(response) - len(first_ids) - len(second_ids)
+    assert all(lp == 0.0 for lp in segment["response_logprobs"])
+
+
+def test_teacher_cuts_at_max_tokens_like_vllm(tiny_model_dir: Path) -> None:
+    script = TeacherScript.from_task_dirs([TASK])
+    with TeacherServer(tiny_model_dir, script) as teacher:
+        ids = teacher.tokenizer.encode(_terminus_prompt(TASK), add_special_tokens=False)
+        body = httpx.post(f"{teacher.url}/v1/completions", json={"prompt": ids, "max_tokens": 5},
+                          timeout=30, trust_env=False).json()
+        assert httpx.get(f"{teacher.url}/health", trust_env=False).status_code == 200
+    [choice] = body["choices"]
+    assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 5
+    assert choice["logprobs"]["token_logprobs"] == [0.0] * 5
