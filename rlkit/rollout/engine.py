@@ -224,13 +224,17 @@ class RolloutEngine:
 
 
 def trial_timings(harbor: dict[str, float], record: dict[str, Any] | None) -> dict[str, float]:
-    """sandbox / agent / verifier from harbor's timing blocks, model = the proxy calls' latency."""
+    """Where a trial's time went, as a partition: sandbox (start), agent (the scaffold's own
+    time: setup, tool runs, waits), model (the proxy calls' latency, taken out of the
+    agent's time so the four add up), verifier; plus total (wall, teardown included)."""
     calls = (record or {}).get("calls") or []
+    model = round(sum(float(c.get("latency_s") or 0.0) for c in calls), 6)
+    agent = harbor.get("agent_setup", 0.0) + harbor.get("agent_execution", 0.0)
     return {
         "sandbox": harbor.get("environment_setup", 0.0),
-        "agent": harbor.get("agent_setup", 0.0) + harbor.get("agent_execution", 0.0),
+        "agent": round(max(0.0, agent - model), 6),
         "verifier": harbor.get("verifier", 0.0),
-        "model": round(sum(float(c.get("latency_s") or 0.0) for c in calls), 6),
+        "model": model,
         "total": harbor.get("total", 0.0),
     }
 

