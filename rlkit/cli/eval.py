@@ -26,20 +26,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def evaluation(tallies: dict, k: int) -> dict:
-    """The results JSON: per task n, c, pass@1, pass@k; overall means over the tasks."""
-    from rlkit.rollout.passk import mean_pass_at, task_pass_at
-
-    ks = sorted({1, k})
-    per_task = {tid: task_pass_at((t.graded, t.passed), ks) for tid, t in tallies.items()}
-    return {
-        "k": k,
-        "overall": {f"pass@{n}": mean_pass_at(per_task, n) for n in ks},
-        "tasks": {tid: {"n": t.graded, "c": t.passed, "attempts": t.attempts,
-                        **{f"pass@{n}": per_task[tid][n] for n in ks}} for tid, t in tallies.items()},
-    }
-
-
 def print_table(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -67,7 +53,7 @@ def main(argv: list[str]) -> int:
     from pathlib import Path
 
     from rlkit.cli._pass import engine_for, inference_for, out_dir, run_with_progress
-    from rlkit.rollout.passes import RESULTS_FILE, write_json
+    from rlkit.rollout.passes import RESULTS_FILE, pass_at_k_report, write_json
     from rlkit.tasks.index import load_index
 
     index = Path(args.index)
@@ -78,7 +64,7 @@ def main(argv: list[str]) -> int:
     with inference_for(model, args, out / "logs") as stack:
         engine = engine_for(args, args.agent, stack, out / "harbor_trials", experiment)
         tallies = run_with_progress(engine, rows, args.attempts, out / RESULTS_FILE, f"eval {index.name}")
-    results = {"model": args.model, "index": str(index), "agent": args.agent, **evaluation(tallies, args.attempts)}
+    results = {"model": args.model, "index": str(index), "agent": args.agent, **pass_at_k_report(tallies, args.attempts)}
     path = write_json(out / EVAL_RESULTS, results)
     print_table(results)
     print(f"✓ results: {path}")

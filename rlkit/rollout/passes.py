@@ -158,6 +158,21 @@ def results_summary(tallies: dict[str, TaskTally]) -> dict[str, Any]:
             "masked": sum(t.attempts - t.graded for t in values)}
 
 
+def pass_at_k_report(tallies: dict[str, TaskTally], k: int) -> dict[str, Any]:
+    """`rlkit eval`'s results (and the trainer's validation): per task n, c, pass@1 and
+    pass@k; overall, their means over the tasks."""
+    from rlkit.rollout.passk import mean_pass_at, task_pass_at
+
+    ks = sorted({1, k})
+    per_task = {tid: task_pass_at((t.graded, t.passed), ks) for tid, t in tallies.items()}
+    return {
+        "k": k,
+        "overall": {f"pass@{n}": mean_pass_at(per_task, n) for n in ks},
+        "tasks": {tid: {"n": t.graded, "c": t.passed, "attempts": t.attempts,
+                        **{f"pass@{n}": per_task[tid][n] for n in ks}} for tid, t in tallies.items()},
+    }
+
+
 def write_json(path: Path, data: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

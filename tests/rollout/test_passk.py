@@ -35,3 +35,14 @@ def test_tasks_with_too_few_attempts_are_left_out_of_the_mean():
     assert mean_pass_at(per_task, 1) == pytest.approx(0.25)
     assert mean_pass_at(per_task, 4) == 1.0
     assert mean_pass_at({}, 1) is None
+
+
+def test_report_of_a_pass():
+    from rlkit.rollout.passes import TaskTally, pass_at_k_report
+
+    tallies = {"a": TaskTally(task_id="a", attempts=4, graded=4, passed=1),
+               "b": TaskTally(task_id="b", attempts=4, graded=3, passed=3)}  # one attempt masked
+    report = pass_at_k_report(tallies, 4)
+    assert report["tasks"]["a"] == {"n": 4, "c": 1, "attempts": 4, "pass@1": 0.25, "pass@4": 1.0}
+    assert report["tasks"]["b"]["pass@4"] is None  # 3 graded attempts cannot give pass@4
+    assert report["overall"] == {"pass@1": pytest.approx(0.625), "pass@4": 1.0}
