@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up (idempotent) and runs the main job on the embedded default:
-# the bundled example config, the tiny locally-built policy, the bundled tasks and
-# docker sandboxes, all on this one machine.
+# the bundled example config, the tiny locally-built policy warm-started on the bundled
+# tasks, docker sandboxes, and the local trainer (TRAINER=local), all on this one machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CONFIG=examples/configs/embedded.env
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 rlkit images dockerd
@@ -14,5 +15,29 @@ mkdir -p .rlkit/indexes
 for split in train val; do
   rlkit index build examples/tasks -o ".rlkit/indexes/$split.parquet" --split "$split" --val-fraction 0.3 >/dev/null
 done
-# Until the training loop lands, the embedded default's job is its preflight.
-PREFLIGHT_ONLY=1 exec bash scripts/train/train.sh examples/configs/embedded.env
+# Warm start: a random tiny model never solves a task, so RL would have nothing to learn from.
+# Cached by the task set, the base model and the settings: a second quickstart skips it.
+rlkit sft "$CONFIG" --model .rlkit/models/tiny-qwen3 --out .rlkit/models/tiny-qwen3-sft
+
+status=0
+bash scripts/train/train.sh "$CONFIG" || status=$?
+
+# Where things are (the names come from the config: OUTPUT_DIR, PROJECT_NAME, EXP_NAME).
+eval "$(python - "$CONFIG" <<'PY'
+import shlex, sys
+from rlkit.config.resolve import resolve
+r = resolve(sys.argv[1]); c = r.config
+root = r.path("OUTPUT_DIR") or r.root
+for k, v in {"OUT": root, "PROJ": c.PROJECT_NAME, "EXP": c.EXP_NAME}.items():
+    print(f"{k}={shlex.quote(str(v))}")
+PY
+)"
+echo
+echo "Run $PROJ/$EXP (exit $status):"
+echo "  metrics      $OUT/logs/$EXP.log  (verl console lines) and $OUT/logs/$EXP.jsonl"
+echo "  vLLM         $OUT/logs/${EXP}_vllm.log"
+echo "  trials       $OUT/harbor_trials/$PROJ/$EXP/step_<N>/  (summary.json per step)"
+echo "  checkpoints  $OUT/checkpoints/$PROJ/$EXP/global_step_<N>/"
+echo "Watch a run:   tail -F $OUT/logs/$EXP.log    or    rlkit status $CONFIG"
+echo "Continue it:   bash scripts/train/train.sh $CONFIG   (RESUME_MODE=auto picks up the last checkpoint)"
+exit "$status"

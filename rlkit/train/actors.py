@@ -34,6 +34,8 @@ class PolicyWorker:
         self.cfg = cfg
         self.updater = PolicyUpdater(model_dir, AlgoConfig(**cfg["algo"]), OptimConfig(**cfg["optim"]), device="cpu")
         self._probe: tuple[list[int], list[int]] | None = None
+        # padding never reaches the loss (masks); the model's own pad id keeps the tensors readable
+        self.pad_id = int(getattr(self.updater.model.config, "pad_token_id", None) or 0)
 
     def update(self, records: Sequence[TrialRecord]) -> dict[str, float]:
         """Build the batch from the step's trainable trials, compute advantages and losses, step the optimizer."""
@@ -41,7 +43,7 @@ class PolicyWorker:
 
         trainable = [r for r in records if r.trainable]
         batch = build_batch(trainable, max_prompt=self.cfg["max_prompt"], max_response=self.cfg["max_response"],
-                            pad_id=self.updater.pad_id)
+                            pad_id=self.pad_id)
         self._probe = probe_tokens(trainable)
         return dict(self.updater.update(batch, mini_batches=self.cfg["mini_batches"]))
 
@@ -52,7 +54,7 @@ class PolicyWorker:
         out: dict[str, Any] = {"seconds": time.perf_counter() - start, "probe": None}
         if self._probe is not None:
             prompt, target = self._probe
-            out["probe"] = (prompt, target, self.updater.logprobs(prompt, target))
+            out["probe"] = (prompt, target, self.updater.log_probs(prompt + target, start=len(prompt)).tolist())
         return out
 
     def save_checkpoint(self, root: str, step: int, extra_state: dict[str, Any]) -> str:
@@ -67,7 +69,8 @@ class PolicyWorker:
         latest = latest_checkpoint(Path(root))
         if latest is None:
             return None
-        return dict(load_checkpoint(latest, self.updater) or {})
+        step, path = latest
+        return {"global_step": step, **dict(load_checkpoint(path, self.updater) or {})}
 
 
 def probe_tokens(records: Sequence[TrialRecord]) -> tuple[list[int], list[int]] | None:

@@ -81,11 +81,12 @@ def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
     import psutil
     import ray
 
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
     ray.init(num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES,
              log_to_driver=False, configure_logging=False, namespace=f"rlkit-{paths.project}-{paths.exp}")
     try:
         me = psutil.Process()
-        children = [[p.pid, p.create_time()] for p in me.children(recursive=True)]
+        children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
         yield children
     finally:
         ray.shutdown()
@@ -202,8 +203,8 @@ class LocalTrainer:
             inf_config = InferenceConfig.from_run_config(cfg, root=self.resolved.root, log_dir=self.paths.logs,
                                                          model_path=model_path)
             with inference(inf_config) as inf:
-                policy = PolicyWorker.options(num_cpus=1).remote(model_path, policy_config(cfg))
-                rollout = RolloutWorker.options(num_cpus=1).remote(
+                policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
+                rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, f"{self.paths.exp}_val") if val_rows else None)
                 if start:
