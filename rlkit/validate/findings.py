@@ -102,6 +102,8 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("topology", Phase.STATIC, "NNODES = N_NODES_TRAIN + N_NODES_ROLLOUT", "rlkit.validate.static:topology"),
     ("parallelism", Phase.STATIC, "SP_SIZE and ROLLOUT_TP divide their worlds", "rlkit.validate.static:parallelism"),
     ("batch", Phase.STATIC, "batch arithmetic", "rlkit.validate.static:batch"),
+    ("cluster_topology", Phase.STATIC, "TRAINER=verl: the Ray head, this node's rank, shared storage",
+     "rlkit.validate.cluster:cluster_topology"),
     ("model_dir", Phase.WORLD, "MODEL_PATH is a model directory", "rlkit.validate.model:model_dir"),
     ("context_length", Phase.WORLD, "MAX_PROMPT + MAX_RESP fits the model context",
      "rlkit.validate.model:context_length"),
@@ -115,6 +117,8 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("disk", Phase.WORLD, "disk room for checkpoints", "rlkit.validate.system:disk"),
     ("local_trainer", Phase.WORLD, "TRAINER=local: CPU-sized policy, vLLM venv",
      "rlkit.validate.local_trainer:local_trainer"),
+    ("cluster_packages", Phase.WORLD, "TRAINER=verl: verl, vllm, transfer_queue, harbor (veomni) import",
+     "rlkit.validate.cluster:cluster_packages"),
 )
 ORDER: tuple[str, ...] = tuple(row[0] for row in _TABLE)
 for _name, _phase, _title, _target in _TABLE:

@@ -162,9 +162,11 @@ def parallelism(ctx: Context) -> list[Finding]:
         out.append(fatal("parallelism", f"ROLLOUT_TP={c.ROLLOUT_TP} does not divide GPUS_PER_NODE="
                          f"{c.GPUS_PER_NODE}", f"pick one of {_divisors(c.GPUS_PER_NODE)}", key="ROLLOUT_TP",
                          where=w("ROLLOUT_TP")))
-    if c.EP_SIZE < 1 or (world // max(c.SP_SIZE, 1)) % c.EP_SIZE:
-        out.append(fatal("parallelism", f"EP_SIZE={c.EP_SIZE} does not divide the data-parallel world "
-                         f"{world // max(c.SP_SIZE, 1)}", "pick a divisor", key="EP_SIZE", where=w("EP_SIZE")))
+    # VeOmni 0.1.11 (verl 0.9.1's pin) builds the EP mesh over the whole world: `world_size % ep_size == 0`
+    # (veomni/distributed/parallel_state.py); EP need not divide world / SP.
+    if c.EP_SIZE < 1 or world % c.EP_SIZE:
+        out.append(fatal("parallelism", f"EP_SIZE={c.EP_SIZE} does not divide the training world {world}",
+                         f"pick a divisor of {world}: {_divisors(world)}", key="EP_SIZE", where=w("EP_SIZE")))
     return out or [ok("parallelism", f"train world {world} GPUs, SP {c.SP_SIZE}, rollout TP {c.ROLLOUT_TP}")]
 
 
