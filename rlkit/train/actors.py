@@ -106,8 +106,8 @@ class RolloutWorker:
         return dict(self._progress)
 
     async def validate(self, step: int, rows: Sequence[IndexRow], k: int, results_path: str) -> dict[str, Any]:
-        """k attempts per val row; per-task (graded, passed) counts. Resumable through `results_path`."""
-        from rlkit.rollout.passes import run_pass
+        """k attempts per val row: `rlkit eval`'s pass@k report (also written beside the results)."""
+        from rlkit.rollout.passes import pass_at_k_report, run_pass, write_json
 
         if self.val_engine is None:
             raise RuntimeError("no validation engine configured")
@@ -119,4 +119,6 @@ class RolloutWorker:
             self._progress["masked"] += int(not result.graded)
 
         tallies = await run_pass(self.val_engine, rows, k, Path(results_path), step=step, on_result=seen)
-        return {tid: (t.graded, t.passed) for tid, t in tallies.items()}
+        report = pass_at_k_report(tallies, k)
+        write_json(Path(results_path).with_name("eval.json"), report)
+        return report

@@ -124,8 +124,8 @@ class LocalTrainer:
 
         results = self.paths.trials.with_name(f"{self.paths.exp}_val") / f"step_{step}" / "results.jsonl"
         ref = rollout.validate.remote(step, val_rows, VAL_K, str(results))
-        counts = self._wait(ref, rollout, f"step {step}: validate")
-        return val_metrics(counts, {r.task_id: r.data_source for r in val_rows}, VAL_K)
+        report = self._wait(ref, rollout, f"step {step}: validate")
+        return val_metrics(report, {r.task_id: r.data_source for r in val_rows})
 
     def _wait(self, ref: Any, rollout: Any, phase: str) -> Any:
         """ray.get with live progress of the rollout actor's trials."""
@@ -207,6 +207,7 @@ class LocalTrainer:
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, f"{self.paths.exp}_val") if val_rows else None)
+                lock.update(phase="actors")
                 if start:
                     self.progress.phase(f"resume from global_step_{start}")
                     extra = ray.get(policy.load_checkpoint.remote(str(ckpt_root))) or {}
@@ -221,7 +222,7 @@ class LocalTrainer:
                     batch_rows = sampler.batch(step - 1, cfg.TRAIN_BSZ)
                     metrics: dict[str, Any] = {"training/global_step": step,
                                                "training/epoch": sampler.epoch_of(step - 1, cfg.TRAIN_BSZ)}
-                    lock.update(step=step - 1, phase="rollout")
+                    lock.update(step=step - 1, phase="rollout")  # step = the last finished step
                     t = time.perf_counter()
                     result = self._wait(rollout.run_step.remote(step, batch_rows), rollout, f"step {step}: rollout")
                     metrics["timing_s/gen"] = time.perf_counter() - t

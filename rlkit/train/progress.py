@@ -1,7 +1,7 @@
 """Live terminal progress of a local run (rich): the step, trials done and passing, and the phase.
 
-Metric lines and notes print above the live bar; when the output is not a terminal rich
-prints them plainly and the bar stays silent.
+Metric lines and notes print above the live bar. When the output is not a terminal the bar
+stays silent and each phase change prints one plain line instead.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class StepProgress:
 
     def phase(self, text: str) -> None:
         self._progress.update(self._task, phase=text)
+        if not self.console.is_terminal:  # no live bar in a log file: one plain line per phase
+            self.note(f"[{self._steps[0]}/{self._steps[1]}] {text}")
 
     def trials(self, counts: dict[str, int]) -> None:
         total = max(int(counts.get("total", 0)), 1)
@@ -48,4 +50,4 @@ class StepProgress:
                               phase=f"done (reward {reward:.3f})" if isinstance(reward, float) else "done")
 
     def note(self, text: str) -> None:
-        self._progress.console.print(text, markup=False, highlight=False)
+        self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)

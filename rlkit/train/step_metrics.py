@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from statistics import mean
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlkit.rollout.records import StepResult, TrialRecord
@@ -44,22 +44,17 @@ def rollout_metrics(result: StepResult) -> dict[str, float]:
     return out
 
 
-def val_metrics(counts: Mapping[str, tuple[int, int]], sources: Mapping[str, str], k: int) -> dict[str, float]:
-    """`val-core/<data_source>/reward/mean@k` (verl's name) and pass@1 / pass@k over the val tasks."""
-    from rlkit.rollout.passk import mean_pass_at, task_pass_at
-
-    ks = sorted({1, k})
+def val_metrics(report: Mapping[str, Any], sources: Mapping[str, str]) -> dict[str, float]:
+    """From `rlkit eval`'s pass@k report: `val-core/<data_source>/reward/mean@k` (verl's name: the share
+    of graded attempts that passed) and `val/pass@1`, `val/pass@k` (unbiased, mean over tasks)."""
+    k = int(report["k"])
     out: dict[str, float] = {}
     by_source: dict[str, list[tuple[int, int]]] = {}
-    for tid, (n, c) in counts.items():
-        by_source.setdefault(sources.get(tid, "tasks"), []).append((n, c))
+    for tid, task in report["tasks"].items():
+        by_source.setdefault(sources.get(tid, "tasks"), []).append((int(task["n"]), int(task["c"])))
     for source, pairs in by_source.items():
-        n_all = sum(n for n, _ in pairs)
-        if n_all:
-            out[f"val-core/{source}/reward/mean@{k}"] = sum(c for _, c in pairs) / n_all
-    per_task = {tid: task_pass_at((n, c), ks) for tid, (n, c) in counts.items() if n}
-    for n in ks:
-        value = mean_pass_at(per_task, n)
-        if value is not None:
-            out[f"val/pass@{n}"] = value
+        graded = sum(n for n, _ in pairs)
+        if graded:
+            out[f"val-core/{source}/reward/mean@{k}"] = sum(c for _, c in pairs) / graded
+    out.update({f"val/{name}": float(v) for name, v in report["overall"].items() if v is not None})
     return out

@@ -92,8 +92,12 @@ def test_rollout_metrics_use_verl_names_over_graded_trials() -> None:
     assert m["rollout/outcome/sandbox_error"] == 1.0
 
 
-def test_val_metrics_pass_at_k() -> None:
-    m = val_metrics({"t1": (2, 1), "t2": (2, 0)}, {"t1": "rlkit", "t2": "rlkit"}, 2)
+def test_val_metrics_from_the_eval_report() -> None:
+    from rlkit.rollout.passes import TaskTally, pass_at_k_report
+
+    tallies = {"t1": TaskTally(task_id="t1", attempts=3, graded=2, passed=1),
+               "t2": TaskTally(task_id="t2", attempts=2, graded=2, passed=0)}
+    m = val_metrics(pass_at_k_report(tallies, 2), {"t1": "rlkit", "t2": "rlkit"})
     assert m == {"val-core/rlkit/reward/mean@2": 0.25, "val/pass@1": 0.25, "val/pass@2": 0.5}
 
 
