@@ -1,7 +1,8 @@
 """`rlkit train CFG`: what scripts/train/train.sh runs.
 
   PREFLIGHT_ONLY=1  resolve, print the run configuration block and Run Validation; launch nothing.
-  DRY_RUN=1         print the fully expanded launch commands (after the static checks); launch nothing.
+  DRY_RUN=1         print the fully expanded launch commands (after the static checks) and write the
+                    files they name (the agent-loop YAML); launch nothing.
   neither           preflight, then run the trainer TRAINER names:
                       local  the embedded trainer on this machine (rlkit.train.local)
                       verl   the cluster path (verl main_ppo on Ray)
@@ -27,7 +28,19 @@ EXIT_INTERRUPTED = 130
 # TRAINER value -> "module:function(resolved) -> exit code". The verl path registers here.
 RUNNERS: dict[str, str] = {
     "local": "rlkit.train.local:train_local",
+    "verl": "rlkit.launch.cluster:run",
 }
+
+
+def _dry_run_plan(resolved: ResolvedConfig):
+    """The plan, with its files written (the agent-loop YAML the trainer line names), so the
+    printed commands can be pasted as they are; nothing is launched."""
+    from rlkit.launch.cluster import write_files
+    from rlkit.launch.plan import build_plan
+
+    plan = build_plan(resolved)
+    write_files(plan)
+    return plan
 
 
 def run_trainer(resolved: ResolvedConfig) -> int:
@@ -67,19 +80,15 @@ def main(argv: list[str]) -> int:
         if not report.ok:
             print(report.render(block=False))
             return EXIT_FATAL
-        from rlkit.launch.plan import build_plan
-
-        print(build_plan(report.resolved).render())
+        print(_dry_run_plan(report.resolved).render())
         return 0
     report = run_preflight(args.config)
     print(report.render(block=not args.quiet))
     if not report.ok:
         return EXIT_FATAL
     if switches.DRY_RUN:
-        from rlkit.launch.plan import build_plan
-
         print()
-        print(build_plan(report.resolved).render())
+        print(_dry_run_plan(report.resolved).render())
     if switches.PREFLIGHT_ONLY or switches.DRY_RUN:
         return 0
     print(flush=True)

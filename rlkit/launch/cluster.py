@@ -21,9 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlkit.errors import LaunchError
 from rlkit.launch.plan import Command, LaunchPlan
+
+if TYPE_CHECKING:
+    from rlkit.config.resolve import ResolvedConfig
 
 # vLLM's periodic engine stats; verl's replicas log them from their Ray actors.
 VLLM_THROUGHPUT = re.compile(r"Avg prompt throughput|Avg generation throughput|Engine \d+: ")
@@ -270,3 +274,16 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
 
 def _port(plan: LaunchPlan) -> int:
     return next((int(a.split("=", 1)[1]) for a in plan.ray_head.argv if a.startswith("--port=")), 6379)
+
+
+def run(resolved: ResolvedConfig) -> int:
+    """`rlkit train` with TRAINER=verl: print this node's plan, then execute that same object."""
+    from rlkit.config.paths import RunPaths
+    from rlkit.launch.plan import build_plan
+
+    c = resolved.config
+    plan = build_plan(resolved)
+    print(plan.render(), flush=True)
+    paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME, c.EXP_NAME)
+    return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
+                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S))

@@ -142,3 +142,40 @@ def test_two_nodes_on_loopback_one_config(ws, tmp_path_factory) -> None:
         plan = build_plan(resolve(cfg, ws.environ(NODE_IP="127.0.0.2")))
         cluster.stop_ray(plan)  # anything of this run's Ray still up (only its GCS address)
         subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
+
+
+@pytest.mark.slow
+def test_dry_run_trainer_line_composes_in_verl_and_names_a_loadable_agent_loop(ws) -> None:
+    """The trainer line DRY_RUN prints, fed to `main_ppo --cfg job`; the agent-loop YAML it names
+    is loaded as verl's AgentLoopWorker loads it, and registers the index rows' agent_name."""
+    import shlex
+
+    from omegaconf import OmegaConf
+
+    from rlkit.registry import import_string
+    from rlkit.tasks.schema import AGENT_LOOP_NAME
+
+    cfg = ws.config()
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "DRY_RUN": "1", **ws.environ()}
+    proc = subprocess.run(["bash", "scripts/train/train.sh", str(cfg)], capture_output=True, text=True, cwd=REPO,
+                          env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = shlex.split(proc.stdout.split("# Trainer (rank 0)\n", 1)[1].replace("\\\n", " "))
+    start = argv.index("-m") - 1
+    verl = subprocess.run([*argv[start:], "--cfg", "job", "--resolve"], capture_output=True, text=True,
+                          check=False)
+    assert verl.returncode == 0, verl.stderr[-2000:]
+    job = OmegaConf.create(verl.stdout)
+    agent = job.actor_rollout_ref.rollout.agent
+    assert agent.default_agent_loop == AGENT_LOOP_NAME
+    entries = OmegaConf.load(agent.agent_loop_config_path)  # as AgentLoopWorker.__init__ does
+    (entry,) = [e for e in entries if e.name == AGENT_LOOP_NAME]
+    loop_cls = import_string(entry._target_.replace(".RlkitAgentLoop", ":RlkitAgentLoop"))
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+    assert issubclass(loop_cls, AgentLoopBase)
+    from rlkit.rollout.engine import EngineConfig
+
+    settings = OmegaConf.to_container(entry.rlkit)
+    EngineConfig(**settings["engine"], model_name="m", proxy_url="http://127.0.0.1:1")
+    assert settings["proxy"]["host"] == "127.0.0.1"  # docker sandboxes: loopback, never 0.0.0.0
