@@ -8,6 +8,7 @@
     logs/wandb/                             wandb's offline run directory (LOGGER=wandb without network/key)
     checkpoints/<project>/<exp>/global_step_<N>/
     harbor_trials/<project>/<exp>/step_<N>/
+    harbor_trials/<project>/<exp>_val/step_<N>/   validation trials (results.jsonl, eval.json)
 """
 
 from __future__ import annotations
@@ -57,3 +58,12 @@ class RunPaths:
     @property
     def trials(self) -> Path:
         return self.root / "harbor_trials" / self.project / self.exp
+
+    @property
+    def val_exp(self) -> str:
+        """The experiment name validation trials run under (their sandbox labels and trial folders)."""
+        return f"{self.exp}_val"
+
+    @property
+    def val_trials(self) -> Path:
+        return self.root / "harbor_trials" / self.project / self.val_exp

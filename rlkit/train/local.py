@@ -122,7 +122,7 @@ class LocalTrainer:
     def _validate(self, rollout: Any, step: int, val_rows: list[Any]) -> dict[str, float]:
         from rlkit.train.step_metrics import val_metrics
 
-        results = self.paths.trials.with_name(f"{self.paths.exp}_val") / f"step_{step}" / "results.jsonl"
+        results = self.paths.val_trials / f"step_{step}" / "results.jsonl"
         ref = rollout.validate.remote(step, val_rows, VAL_K, str(results))
         report = self._wait(ref, rollout, f"step {step}: validate")
         return val_metrics(report, {r.task_id: r.data_source for r in val_rows})
@@ -157,7 +157,8 @@ class LocalTrainer:
             if lock.previous is not None:  # a run of this experiment died: its sandboxes may still be up
                 from rlkit.ops.cleanup import cleanup
 
-                cleanup(self.paths.project, self.paths.exp, k8s=False, log=self.progress.note)
+                for exp in (self.paths.exp, self.paths.val_exp):
+                    cleanup(self.paths.project, exp, k8s=False, log=self.progress.note)
             metrics_log = MetricsLog(self.paths, self.cfg.LOGGER, echo=self.progress.note,
                                      wandb_key=self.cfg.WANDB_API_KEY,
                                      config={k: str(v) for k, v in self.cfg.model_dump().items()
@@ -206,7 +207,7 @@ class LocalTrainer:
                 policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
-                    self._engine_config(inf, f"{self.paths.exp}_val") if val_rows else None)
+                    self._engine_config(inf, self.paths.val_exp) if val_rows else None)
                 lock.update(phase="actors")
                 if start:
                     self.progress.phase(f"resume from global_step_{start}")

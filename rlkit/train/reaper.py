@@ -64,12 +64,16 @@ def reap(lock_path: Path, trainer_pid: int) -> str:
         return "trainer finished cleanly"
     from rlkit.ops.cleanup import cleanup
 
-    report = cleanup(lock.get("project") or None, lock.get("exp") or None, k8s=False)
+    removed = 0
+    project, exp = lock.get("project"), lock.get("exp")
+    # training and validation sandboxes of this run only; never a wider cleanup
+    for name in ((exp, f"{exp}_val") if project and exp else ()):
+        removed += len(cleanup(project, name, k8s=False).removed)
     stopped = stop_processes(lock.get("children") or [])
     if read_lock(lock_path) == lock:
         lock_path.unlink(missing_ok=True)
     return (f"trainer pid {trainer_pid} died at step {lock.get('step')} ({lock.get('phase')}): removed "
-            f"{len(report.removed)} sandbox(es), stopped {len(stopped)} process(es) {stopped}, removed the lock")
+            f"{removed} sandbox(es), stopped {len(stopped)} process(es) {stopped}, removed the lock")
 
 
 def main(argv: list[str]) -> int:
