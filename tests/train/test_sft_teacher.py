@@ -66,7 +66,7 @@ def test_proxy_records_teacher_tokens_as_sampled(teacher_proxy) -> None:
 
     teacher, proxy = teacher_proxy
     # the proxy clamped its window to what the teacher's /v1/models announced
-    assert proxy.server.core.config.max_model_len == 8192
+    assert proxy.server.core.max_model_len == 8192
     messages = [{"role": "user", "content": _terminus_prompt(TASK)}]
     first = _chat(proxy, "s1", messages)
     parsed = TerminusJSONPlainParser().parse_response(first)
