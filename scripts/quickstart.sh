@@ -20,7 +20,7 @@ done
 rlkit sft "$CONFIG" --model .rlkit/models/tiny-qwen3 --out .rlkit/models/tiny-qwen3-sft
 
 status=0
-bash scripts/train/train.sh "$CONFIG" || status=$?
+MODEL_PATH=.rlkit/models/tiny-qwen3-sft bash scripts/train/train.sh "$CONFIG" || status=$?  # the warm-started policy
 
 # Where things are (the names come from the config: OUTPUT_DIR, PROJECT_NAME, EXP_NAME).
 eval "$(python - "$CONFIG" <<'PY'
@@ -39,5 +39,5 @@ echo "  vLLM         $OUT/logs/${EXP}_vllm.log"
 echo "  trials       $OUT/harbor_trials/$PROJ/$EXP/step_<N>/  (summary.json per step)"
 echo "  checkpoints  $OUT/checkpoints/$PROJ/$EXP/global_step_<N>/"
 echo "Watch a run:   tail -F $OUT/logs/$EXP.log    or    rlkit status $CONFIG"
-echo "Continue it:   bash scripts/train/train.sh $CONFIG   (RESUME_MODE=auto picks up the last checkpoint)"
+echo "Continue it:   MODEL_PATH=.rlkit/models/tiny-qwen3-sft bash scripts/train/train.sh $CONFIG   (RESUME_MODE=auto picks up the last checkpoint)"
 exit "$status"
