@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -33,6 +35,8 @@ from rlkit.errors import LaunchError, UserError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # vLLM's periodic stats line: "Engine 000: Avg prompt throughput: 1.2 tokens/s, Avg generation throughput: ..."
 THROUGHPUT_LINE = re.compile(r"Avg (prompt|generation) throughput")
+# vLLM names its zmq sockets <TMPDIR>/<uuid4> (37 chars); a unix socket path holds at most 107 bytes.
+_MAX_TMPDIR_CHARS = 64
 
 
 class VllmServerConfig(BaseModel):
@@ -126,6 +130,7 @@ class VllmServer:
         self.server_log = config.log_dir / f"{config.exp_name}_vllm_server.log"
         self.throughput_log = config.log_dir / f"{config.exp_name}_vllm.log"
         self._pump: threading.Thread | None = None
+        self._short_tmp: Path | None = None  # TMPDIR under /tmp when the scratch path is too long
 
     @property
     def base_url(self) -> str:
@@ -142,9 +147,12 @@ class VllmServer:
         scratch = self.config.scratch_dir / f"{self.config.exp_name}_{self.port}"
         for sub in ("cache", "inductor", "tmp"):
             (scratch / sub).mkdir(parents=True, exist_ok=True)
+        tmp = scratch / "tmp"
+        if len(str(tmp)) > _MAX_TMPDIR_CHARS:  # vLLM's zmq sockets live here: a unix socket path is <= 107 bytes
+            self._short_tmp = tmp = Path(tempfile.mkdtemp(prefix="rlkit-vllm-"))
         env = dict(os.environ)
         env.update({"VLLM_CACHE_ROOT": str(scratch / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
-                    "TMPDIR": str(scratch / "tmp"), "VLLM_TARGET_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"})
+                    "TMPDIR": str(tmp), "VLLM_TARGET_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"})
         for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # the vLLM venv must not see the main one
             env.pop(key, None)
         env.update(self.config.env)
@@ -215,6 +223,8 @@ class VllmServer:
             pass
         if self._pump is not None:
             self._pump.join(timeout=5)
+        if self._short_tmp is not None:
+            shutil.rmtree(self._short_tmp, ignore_errors=True)
 
     def __enter__(self) -> Self:
         self.start()
