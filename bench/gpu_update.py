@@ -59,6 +59,9 @@ TECHNIQUES: dict[str, UpdateFlags] = {
     "+ packing 32k tokens/micro": replace(PACKED, attention="cudnn", compile=True, micro_batch_tokens=32768),
     "+ activation ckpt, 64k tokens/micro": replace(PACKED, attention="cudnn", compile=True,
                                                    activation_checkpointing=True, micro_batch_tokens=65536),
+    # the plain row's micro-batch size (one 8k row), for a like-for-like peak memory
+    "compiled, packed, cudnn at 8k tokens/micro": replace(PACKED, attention="cudnn", compile=True,
+                                                          micro_batch_tokens=8192),
 }
 BEST = "+ packing 32k tokens/micro"
 
@@ -141,8 +144,9 @@ def run_row(name: str, flags: UpdateFlags, args, device: torch.device, world: in
     rank = updater.rank
     batch = synthetic_batch(args.rows, length, config.vocab_size, seed=1 + rank)
     flops, flops_6n = update_flops(model, batch)
-    for _ in range(args.warmup):
-        updater.update(synthetic_batch(args.rows, length, config.vocab_size, seed=100 + rank), mini_batches=1)
+    for i in range(args.warmup):  # new shapes each time, so compiled code settles before timing
+        updater.update(synthetic_batch(args.rows, length, config.vocab_size, seed=100 + rank + 1000 * i),
+                       mini_batches=1)
     sync(device)
     t = time.perf_counter()
     metrics = {}
@@ -172,12 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algos", default="grpo", help="comma-separated: grpo, gspo")
     parser.add_argument("--batch-rows", dest="rows", type=int, default=8, help="trajectories per update per GPU")
     parser.add_argument("--mini-batches", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--json", type=Path, help="append result rows here (JSON lines)")
     args = parser.parse_args(argv)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    import torch._dynamo
+
+    # every row builds a fresh model, so compiled layers recompile per row; never fall back to eager
+    torch._dynamo.config.recompile_limit = 256
+    torch._dynamo.config.accumulated_recompile_limit = 4096
     device = torch.device(args.device)
     if world > 1:
         import torch.distributed as dist

@@ -42,11 +42,14 @@ class UpdateFlags:
     packing: bool = True                  # rows end to end, no padding (else padded micro-batches)
     attention: str = "sdpa"               # sdpa (torch's choice) | cudnn | flash | efficient | eager
     chunked_logits: bool = True           # lm_head + log-softmax in chunks, loss tokens only (else full logits)
-    logprob_chunk: int = 4096             # tokens per lm_head chunk
+    logprob_chunk: int = 2048             # tokens per lm_head chunk (its fp32 logits: chunk x vocab x 4 bytes)
     activation_checkpointing: bool = False
     compile: bool = False                 # torch.compile each decoder layer and the lm_head chunk
     micro_batch_tokens: int = 16384       # packing: token budget of a micro-batch (a longer row goes alone)
     micro_batch_rows: int = 1             # padded: rows per micro-batch
+    # FSDP2 only: True frees gathered layers after each forward (ZeRO-3); False keeps them for the
+    # backward (one all-gather per layer per micro-batch), what a model that fits a GPU wants
+    fsdp_reshard_after_forward: bool = False
 
     @classmethod
     def plain(cls) -> UpdateFlags:
@@ -110,9 +113,10 @@ class PolicyUpdater:
 
         # mesh named "fsdp": what verl's model merger expects of DTensor checkpoints
         self.mesh = init_device_mesh(self.device.type, (self.world_size,), mesh_dim_names=("fsdp",))
+        reshard = self.flags.fsdp_reshard_after_forward
         for layer in self.core.lm.model.layers:
-            fully_shard(layer, mesh=self.mesh)
-        fully_shard(self.core, mesh=self.mesh)
+            fully_shard(layer, mesh=self.mesh, reshard_after_forward=reshard)
+        fully_shard(self.core, mesh=self.mesh, reshard_after_forward=reshard)
         if self.ref is not None:
             for layer in self.ref.lm.model.layers:
                 fully_shard(layer, mesh=self.mesh)
@@ -210,7 +214,12 @@ class PolicyUpdater:
             config = actor_config(self.algo, info)
             step: dict[str, float] = {}
             ent_sum = torch.zeros((), device=self.device)
-            for micro in self._micro_batches(mb):
+            micros = self._micro_batches(mb)
+            for i, micro in enumerate(micros):
+                if self.world_size > 1:  # gather weights and reduce-scatter gradients once per mini-batch
+                    last = i == len(micros) - 1
+                    self.core.set_requires_gradient_sync(last)
+                    self.core.set_reshard_after_backward(last)
                 mic = mb.select(micro)
                 wanted = mic.response_mask > 0
                 log_prob, entropy = self._token_stats(self.core, mic, wanted, entropy_grad=entropy_grad)
