@@ -20,6 +20,7 @@ from pathlib import Path
 from rlkit.config.paths import RunPaths
 from rlkit.config.resolve import ResolvedConfig
 from rlkit.config.schema import VerlTrainerMode
+from rlkit.config.secrets import mask_secrets, secret_values
 from rlkit.launch.nodes import is_rank0, resolve_host, this_node_address
 from rlkit.launch.verl_overrides import TRAINER_MODULE, agent_loop_yaml, verl_overrides
 
@@ -73,6 +74,7 @@ class LaunchPlan:
     nnodes: int = 1
     node_address: str = "127.0.0.1"
     files: dict[Path, str] = field(default_factory=dict)  # written on every node before its commands run
+    secrets: list[str] = field(default_factory=list)  # values masked wherever they appear in the rendered plan
 
     def commands_for_this_node(self) -> list[Command]:
         return [self.ray_head, self.trainer] if self.node_is_head else [self.ray_worker]
@@ -89,7 +91,7 @@ class LaunchPlan:
         width = max(map(len, self.rollout))
         lines += [f"#   {k.ljust(width)} = {v}" for k, v in self.rollout.items()]
         lines += ["", "# Trainer (rank 0)", self.trainer.render()]
-        return "\n".join(lines)
+        return mask_secrets("\n".join(lines), self.secrets)
 
 
 def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchPlan:
@@ -141,4 +143,4 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     }
     files = {loop_yaml: agent_loop_yaml(c, trials_root=root / "harbor_trials", proxy_host=proxy_host)}
     return LaunchPlan(head_here, head, ray_head, ray_worker, trainer, rollout, overrides, nnodes=c.NNODES,
-                      node_address=me, files=files)
+                      node_address=me, files=files, secrets=secret_values(resolved))

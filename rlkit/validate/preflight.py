@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rlkit.config.resolve import ResolvedConfig, render_block, resolve
 from rlkit.config.secrets import mask_secrets
+from rlkit.errors import UserError
 from rlkit.validate.findings import CHECKS, ORDER, Check, Context, Finding, Phase, Status
 
 # Every check is bounded in time and output: a hung check becomes a FATAL, and a check with
@@ -84,6 +85,8 @@ def _run_bounded(check: Check, ctx: Context, timeout_s: float) -> list[Finding]:
                         "something it reads (a network path, a daemon) hangs; fix that, then run again")]
     if "error" in box:
         exc = box["error"]
+        if isinstance(exc, UserError):  # a library's verdict on the config (e.g. a head name that does not resolve)
+            return [Finding(check.name, Status.FATAL, exc.message, exc.fix, key=exc.key, where=exc.where() or None)]
         return [Finding(check.name, Status.FATAL, f"check crashed: {type(exc).__name__}: {exc}",
                         "report this as an rlkit bug")]
     return box["findings"]  # type: ignore[return-value]
