@@ -40,7 +40,8 @@ def out_dir(args: argparse.Namespace, index: Path, command: str) -> Path:
 
 
 @contextlib.contextmanager
-def inference_for(model_path: str | None, args: argparse.Namespace, log_dir: Path) -> Iterator[Any]:
+def inference_for(model_path: str | None, args: argparse.Namespace, log_dir: Path,
+                  exp_name: str) -> Iterator[Any]:
     """vLLM + proxy for a model (nothing for the oracle / nop agents), torn down on exit."""
     if model_path is None:
         yield None
@@ -60,7 +61,7 @@ def inference_for(model_path: str | None, args: argparse.Namespace, log_dir: Pat
 
     window = min(args.max_model_len, model_context_window(model_path) or args.max_model_len)
     config = InferenceConfig(model_path=model_path, tool_call_parser=args.tool_call_parser, max_model_len=window,
-                             max_response_tokens=args.max_call_tokens, exp_name=args.experiment or "rollout",
+                             max_response_tokens=args.max_call_tokens, exp_name=exp_name,
                              log_dir=log_dir, served_model_name=args.served_model_name or "policy")
     with inference(config) as stack:
         yield stack

@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     out = out_dir(args, index, "evals")
     experiment = args.experiment or f"eval-{index.stem}"
     model = args.model if args.agent == "model" else None
-    with inference_for(model, args, out / "logs") as stack:
+    with inference_for(model, args, out / "logs", experiment) as stack:
         engine = engine_for(args, args.agent, stack, out / "harbor_trials", experiment)
         tallies = run_with_progress(engine, rows, args.attempts, out / RESULTS_FILE, f"eval {index.name}")
     results = {"model": args.model, "index": str(index), "agent": args.agent, **pass_at_k_report(tallies, args.attempts)}

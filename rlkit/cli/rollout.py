@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     rows = load_index(index)
     out = out_dir(args, index, "rollouts")
     experiment = args.experiment or index.stem
-    with inference_for(args.model_path, args, out / "logs") as stack:
+    with inference_for(args.model_path, args, out / "logs", experiment) as stack:
         engine = engine_for(args, args.agent or "model", stack, out / "harbor_trials", experiment)
         tallies = run_with_progress(engine, rows, args.attempts, out / RESULTS_FILE, f"rollout {index.name}")
 
