@@ -1,6 +1,9 @@
-"""Trials: one task, one agent, one sandbox, graded by the task's own tests.
+"""Rollout: trials of a model (or a reference agent) on task rows, and what they add up to.
 
-`rlkit.rollout.trial` runs harbor's `Trial` on rlkit's sandbox backends and reduces each
-result to a reward and a reason (`run_trial`, `run_trials`); `_verifier` is harbor's
-verifier on a clean slate. The oracle and no-op agents are harbor's `oracle` and `nop`.
+`engine.RolloutEngine` runs a step's trials concurrently (MAX_SANDBOXES), sets each proxy
+session's budgets, retries infrastructure failures, and reduces each trial to one
+`records.TrialRecord` (outcome, reward, token segments, timings); `summary` writes
+`step_<N>/summary.json`. `trial` runs one harbor `Trial` on rlkit's sandbox backends;
+`_verifier` is harbor's verifier on a clean slate. `passes` runs k attempts per index row
+(resumable) for `rlkit rollout` and `rlkit eval`; `passk` is the unbiased pass@k.
 """
