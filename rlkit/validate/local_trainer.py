@@ -22,19 +22,37 @@ TRAIN_BYTES_PER_PARAM = 16
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
+HEADER_MAX = 100 * 2**20  # safetensors caps its JSON header at 100 MB
+
+
 def safetensors_params(path: Path) -> int:
-    """Parameter count from a .safetensors header (8-byte length + JSON); reads no tensor data."""
+    """Parameter count from a .safetensors header (8-byte length + JSON); reads no tensor data.
+    A malformed header is a ValueError (the caller falls back to the weight bytes)."""
+    if not path.is_file():  # a FIFO named *.safetensors would block the open
+        raise ValueError(f"{path} is not a regular file")
     with path.open("rb") as f:
         (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
+        if size > HEADER_MAX:
+            raise ValueError(f"{path}: header of {size} bytes")
+        try:
+            header = json.loads(f.read(size))
+        except RecursionError:
+            raise ValueError(f"{path}: header nested too deeply") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: header is not a JSON object")  # noqa: TRY004 -- one error kind for the caller
     total = 0
     for name, meta in header.items():
         if name == "__metadata__":
             continue
+        shape = meta.get("shape", []) if isinstance(meta, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape):
+            raise ValueError(f"{path}: tensor {name[:40]!r} has no valid shape")
         count = 1
-        for dim in meta.get("shape", []):
-            count *= int(dim)
+        for dim in shape:
+            count *= dim
         total += count
+        if total > 2**62:  # printed as a float later
+            raise ValueError(f"{path}: implausible parameter count")
     return total
 
 

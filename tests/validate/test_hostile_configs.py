@@ -347,3 +347,14 @@ def test_json_of_a_finding_message_is_bounded(ws) -> None:
     report = ws.preflight(cfg, only=["config_syntax"])
     assert all(len(f.message) <= MESSAGE_MAX + 40 for f in report.findings)
     json.dumps([f.message for f in report.findings])
+
+
+@pytest.mark.parametrize("header", [b"[]", b"{\"w\": 5}", b"{\"w\": {\"shape\": [\"x\"]}}", b"[" * 50_000,
+                                    b"{\"w\": {\"shape\": [1099511627775, 1099511627775, 1099511627775]}}"])
+def test_hostile_safetensors_header_never_crashes_the_local_trainer_check(ws, tmp_path: Path, header: bytes) -> None:
+    model = _model_copy(ws.model_dir, tmp_path / "model")
+    for f in model.glob("*.safetensors"):
+        f.unlink()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    report = ws.preflight(ws.config(MODEL_PATH=model, TRAINER="local"), only=["local_trainer"])
+    no_crash(report)
