@@ -54,6 +54,22 @@ def latest_step(checkpoints: Path) -> int:
         return 0
 
 
+def set_aside_steps_after(trials: Path, step: int) -> list[Path]:
+    """Trial folders of steps after the checkpoint a run resumes from (an interrupted run's) are renamed
+    `step_<N>.interrupted-<time>`, so step_<N>/ holds only the trials that step trained on."""
+    moved = []
+    if not trials.is_dir():
+        return moved
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for path in trials.iterdir():
+        name = path.name
+        if path.is_dir() and name.startswith("step_") and name[5:].isdigit() and int(name[5:]) > step:
+            target = path.with_name(f"{name}.interrupted-{stamp}")
+            path.rename(target)
+            moved.append(target)
+    return moved
+
+
 def due(step: int, freq: int, last: int) -> bool:
     """verl's rule: every `freq` steps and at the last one; never when freq <= 0."""
     return freq > 0 and (step % freq == 0 or step == last)
@@ -198,6 +214,9 @@ class LocalTrainer:
             self.progress.note(f"{cfg.EXP_NAME} already reached step {start} of {last}; nothing to do "
                                "(raise TOTAL_STEPS / TOTAL_EPOCHS, or RESUME_MODE=disable to start over)")
             return 0
+        for trials in (self.paths.trials, self.paths.val_trials):
+            for moved in set_aside_steps_after(trials, start):
+                self.progress.note(f"set aside an interrupted step's trials: {moved}")
         lock.update(phase="ray")
         with local_ray(self.paths) as ray_children:
             lock.update(children=ray_children, phase="inference")
@@ -209,6 +228,7 @@ class LocalTrainer:
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, self.paths.val_exp) if val_rows else None)
                 lock.update(phase="actors")
+                self.progress.start_run(start, last)
                 if start:
                     self.progress.phase(f"resume from global_step_{start}")
                     extra = ray.get(policy.load_checkpoint.remote(str(ckpt_root))) or {}

@@ -42,6 +42,17 @@ def test_latest_step_reads_verls_marker(tmp_path: Path) -> None:
     assert latest_step(tmp_path) == 6
 
 
+def test_an_interrupted_runs_later_steps_are_set_aside(tmp_path: Path) -> None:
+    from rlkit.train.local import set_aside_steps_after
+
+    for name in ("step_1", "step_2", "step_3", "step_10"):
+        (tmp_path / name).mkdir()
+    moved = set_aside_steps_after(tmp_path, 2)
+    assert sorted(p.name.split(".")[0] for p in moved) == ["step_10", "step_3"]
+    assert sorted(p.name for p in tmp_path.iterdir() if "." not in p.name) == ["step_1", "step_2"]
+    assert set_aside_steps_after(tmp_path / "missing", 0) == []
+
+
 def test_console_line_is_verls_format() -> None:
     from verl.utils.logger.aggregate_logger import concat_dict_to_str
 
