@@ -68,7 +68,9 @@ def register_packed_attention() -> None:
 
 def _chunk_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                            entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = (hidden @ weight.t()).float()
+    logits = hidden @ weight.t()
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
     with contextlib.nullcontext() if entropy_grad else torch.no_grad():
