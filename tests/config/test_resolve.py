@@ -65,7 +65,7 @@ def test_relative_paths_resolve_against_the_project_root(ws) -> None:
     repo = Path(__file__).resolve().parents[2]
     r = resolve(repo / "examples" / "configs" / "embedded.env", ws.environ())
     assert r.root == repo
-    assert r.path("MODEL_PATH") == repo / ".rlkit" / "models" / "tiny-qwen3"
+    assert r.path("MODEL_PATH") == repo / ".rlkit" / "models" / "tiny-qwen3-sft"
 
 
 def test_block_lists_every_value_with_its_layer_and_masks_secrets(ws) -> None:
