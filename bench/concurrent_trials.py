@@ -24,7 +24,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rlkit.sandbox.images import task_image_ref
+from rlkit.tasks.images import task_image_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -59,8 +59,9 @@ def main() -> int:
     from rlkit.rollout.trial import TrialSpec, run_trials
     from rlkit.sandbox.docker_api import api_client
     from rlkit.sandbox.dockerd import ensure_dockerd
-    from rlkit.sandbox.images import build_task_images, discover_tasks
+    from rlkit.sandbox.images import build_task_images
     from rlkit.sandbox.labels import EXPERIMENT, label_value
+    from rlkit.tasks.images import discover_tasks
 
     ensure_dockerd()
     build_task_images(discover_tasks(EXAMPLES))

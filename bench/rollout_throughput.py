@@ -64,7 +64,8 @@ def main() -> int:
     from rlkit.proxy import ProxyConfig
     from rlkit.proxy.server import BackgroundProxy
     from rlkit.sandbox.dockerd import ensure_dockerd
-    from rlkit.sandbox.images import build_task_images, discover_tasks
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import discover_tasks
 
     ensure_dockerd()
     failed = [o for o in build_task_images(discover_tasks(EXAMPLES)) if o.status == "failed"]

@@ -56,9 +56,10 @@ def _build(argv: list[str]) -> int:
         raise UserError("--push needs a registry", key="REGISTRY", fix="set REGISTRY in site.env or pass --registry")
 
     from rlkit.sandbox.base_image import ensure_base_image
-    from rlkit.sandbox.images import build_task_images, discover_tasks, text_progress
+    from rlkit.sandbox.images import FAILED, build_task_images, text_progress
+    from rlkit.tasks.images import discover_tasks
 
-    specs = discover_tasks(args.source)
+    specs = discover_tasks(args.source, registry=args.registry)
     if not args.no_base and any(spec.dockerfile and not spec.prebuilt for spec in specs):
         ensure_base_image(log=lambda msg: print(msg, file=sys.stderr))
     layer = None
@@ -67,13 +68,13 @@ def _build(argv: list[str]) -> int:
 
         layer = scaffold_layer(args.scaffold, force=args.force, push=args.push,
                                log=lambda msg: print(msg, file=sys.stderr))
-    outcomes = build_task_images(specs, registry=args.registry, push=args.push, force=args.force,
+    outcomes = build_task_images(specs, push=args.push, force=args.force,
                                  progress=text_progress(), layer=layer)
     width = max((len(o.task_id) for o in outcomes), default=0)
     for o in outcomes:
-        mark = "✗" if o.status == "failed" else "✓"
+        mark = "✗" if o.status in FAILED else "✓"
         print(f"{mark} {o.task_id.ljust(width)}  {o.status:<8} {o.image}" + (f"\n    {o.detail}" if o.detail else ""))
-    failed = [o for o in outcomes if o.status == "failed"]
+    failed = [o for o in outcomes if o.status in FAILED]
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} images ready")
     return 1 if failed else 0
 

@@ -138,6 +138,13 @@ def trial_config(spec: TrialSpec, session: str):
         agent = agent.model_copy(update={"override_timeout_sec": spec.agent_timeout_sec})
     env_kwargs = {"project": spec.project, "experiment": spec.experiment, "step": spec.step, "session": session,
                   **spec.environment_kwargs}
+    if not env_kwargs.get("image"):  # the task names its image (a sandbox never does)
+        from rlkit.tasks.images import read_task_spec, task_image_ref
+
+        image = read_task_spec(spec.task_dir.expanduser().resolve(), registry=env_kwargs.get("registry"))
+        variant = env_kwargs.get("image_variant") or "latest"
+        env_kwargs["image"] = image.image if image.prebuilt or variant == "latest" else task_image_ref(
+            image.task_id, env_kwargs.get("registry"), variant)
     return TrialConfig(
         task=TaskConfig(path=spec.task_dir.expanduser().resolve()),
         trial_name=session,

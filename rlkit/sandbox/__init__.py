@@ -9,7 +9,7 @@
   image `rlkit-task/<task>:latest` is built from environment/Dockerfile when missing.
 - `k8s.KubernetesEnvironment`: pod per trial, exec over the stream API, tar over exec;
   the pod manifest comes from the pure `k8s_spec`.
-- `images.task_image_ref` names every task image; `base_image` builds `rlkit/base:bookworm`
+- `images` builds the task images `rlkit.tasks.images` names; `base_image` builds `rlkit/base:bookworm`
   offline; `dockerd.ensure_dockerd` starts a daemon when none answers.
 - Every sandbox carries the `labels` (rlkit.managed, project, experiment, step, session)
   that `rlkit cleanup` (rlkit/ops/cleanup.py) reaps by.

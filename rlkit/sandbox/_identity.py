@@ -12,8 +12,10 @@ class SandboxIdentityOptions(EnvironmentOptions):
     """Image and ownership kwargs common to every rlkit backend."""
 
     image: str | None = Field(None, description="image to run; default: the task's image")
-    registry: str | None = Field(None, description="registry prefix of task images (site.env REGISTRY)")
-    image_variant: str = Field("latest", description="task image tag; a scaffold name for baked-agent layers")
+    registry: str | None = Field(None, description="registry prefix of task images (site.env REGISTRY); the "
+                                 "caller names the image with it")
+    image_variant: str = Field("latest", description="task image tag; a scaffold name for baked-agent layers "
+                               "(the caller names the image with it)")
     project: str | None = Field(None, description="label rlkit.project (default $RLKIT_PROJECT)")
     experiment: str | None = Field(None, description="label rlkit.experiment (default $RLKIT_EXPERIMENT)")
     step: str | int | None = Field(None, description="label rlkit.step (default $RLKIT_STEP)")
@@ -26,14 +28,16 @@ class SandboxIdentity:
     opts: SandboxIdentityOptions
 
     def image_ref(self) -> str:
-        from rlkit.sandbox.images import task_image_ref
-
+        """The image the caller named (`image`, from `rlkit.tasks.images`), else the task's docker_image.
+        A sandbox never makes up a task image name: one rule, owned by the tasks."""
         if self.opts.image:
             return self.opts.image
         if self.task_env_config.docker_image:  # type: ignore[attr-defined]
             return self.task_env_config.docker_image  # type: ignore[attr-defined]
-        return task_image_ref(self.environment_name, self.opts.registry,  # type: ignore[attr-defined]
-                              self.opts.image_variant)
+        from rlkit.errors import SandboxError
+
+        raise SandboxError(f"no image for task {self.environment_name}: pass image= (the task's name from "  # type: ignore[attr-defined]
+                           "rlkit.tasks.images.task_image_ref) or set [environment].docker_image")
 
     def labels(self) -> dict[str, str]:
         overrides: dict[str, object] = {"session": self.opts.session or self.session_id,  # type: ignore[attr-defined]

@@ -232,7 +232,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
 
     async def _ensure_image(self, image: str, force_build: bool) -> None:
         api = api_client()
-        prebuilt = bool(self.opts.image or self.task_env_config.docker_image)
+        # The caller names every image; it is built here only from the task's own Dockerfile.
+        prebuilt = bool(self.task_env_config.docker_image) or not (self.environment_dir / "Dockerfile").is_file()
         info = None if force_build and not prebuilt else await run_blocking(inspect_image, api, image)
         if info is None:
             if prebuilt or not self.opts.build_missing:

@@ -1,117 +1,44 @@
-"""Task images: naming (`task_image_ref`) and building them from task directories.
+"""Task images: building what the tasks name (`rlkit.tasks.images` names them).
 
 A task's image is built from its `environment/Dockerfile` (which starts
-`FROM rlkit/base:bookworm`) and named `rlkit-task/<task_id>:latest`, or
-`<REGISTRY>/rlkit-task/<task_id>:latest` when a registry is configured. Tasks that
-set `[environment].docker_image` use that image as-is. The naming lives in this one
-function so the task index, trial runner and scaffold layers all agree.
+`FROM rlkit/base:bookworm`, built offline). A task's prebuilt `[environment].docker_image`
+is only checked for: nothing is pulled. Failures say what to do about them: no registry
+can be reached here, so a base image must be built or loaded locally.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from rlkit.errors import ImageError, UserError
-
-TASK_IMAGE_REPO = "rlkit-task"
-_BAD_NAME = re.compile(r"[^a-z0-9._-]+")
+from rlkit.errors import ImageError
 
 
-def _image_component(text: str) -> str:
-    name = _BAD_NAME.sub("-", text.lower()).strip("-._")
-    if not name:
-        raise UserError(f"task id {text!r} gives an empty image name", fix="use letters/digits in task names")
-    return name[:128]
-
-
-def task_image_ref(task_id: str, registry: str | None = None, variant: str = "latest") -> str:
-    """`[REGISTRY/]rlkit-task/<task_id>:<variant>` — the one place task images are named.
-
-    `variant` is the tag: "latest" for the plain task image; scaffold layers baked on
-    top use the scaffold name (e.g. "ohsdk")."""
-    ref = f"{TASK_IMAGE_REPO}/{_image_component(task_id)}:{_image_component(variant)}"
-    if registry:
-        ref = f"{registry.rstrip('/')}/{ref}"
-    return ref
-
-
-@dataclass(frozen=True)
-class TaskImageSpec:
-    """What to build (or reuse) for one task."""
+class TaskImage(Protocol):
+    """What a build needs to know of a task (`rlkit.tasks.images.TaskImageSpec`)."""
 
     task_id: str
-    task_dir: Path | None
-    prebuilt: str | None  # [environment].docker_image: used as-is
+    image: str
+    prebuilt: bool
 
     @property
-    def dockerfile(self) -> Path | None:
-        if self.task_dir is None:
-            return None
-        path = self.task_dir / "environment" / "Dockerfile"
-        return path if path.is_file() else None
-
-
-def read_task_spec(task_dir: Path, task_id: str | None = None) -> TaskImageSpec:
-    """Image facts from a harbor task dir: task id ([task].name or the dir name), docker_image."""
-    config_path = task_dir / "task.toml"
-    data: dict = {}
-    if config_path.is_file():
-        try:
-            data = tomllib.loads(config_path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise UserError(f"cannot parse {config_path}: {exc}", file=str(config_path),
-                            fix="fix the TOML syntax") from exc
-    name = (data.get("task") or {}).get("name") or task_dir.name
-    prebuilt = (data.get("environment") or {}).get("docker_image")
-    return TaskImageSpec(task_id=task_id or name.split("/")[-1], task_dir=task_dir, prebuilt=prebuilt)
-
-
-def discover_tasks(source: Path) -> list[TaskImageSpec]:
-    """Tasks from a task dir, a dir of task dirs, or a parquet task index."""
-    if not source.exists():
-        raise UserError(f"{source} does not exist", fix="pass a tasks directory or a task index (.parquet)")
-    if source.is_file() and source.suffix == ".parquet":
-        return _tasks_from_index(source)
-    if (source / "task.toml").is_file():
-        return [read_task_spec(source)]
-    specs = [read_task_spec(d) for d in sorted(source.iterdir()) if (d / "task.toml").is_file()]
-    if not specs:
-        raise UserError(f"no task directories (with task.toml) under {source}",
-                        fix="point at examples/tasks or a task index")
-    return specs
-
-
-def _tasks_from_index(path: Path) -> list[TaskImageSpec]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path, columns=["task_id", "task_source"]).to_pylist()
-    specs: list[TaskImageSpec] = []
-    for row in table:
-        source = Path(str(row["task_source"]))
-        if not source.is_absolute():
-            source = (path.parent / source).resolve()
-        if source.is_dir():
-            specs.append(read_task_spec(source, task_id=row["task_id"]))
-        else:  # git url: nothing to build locally
-            specs.append(TaskImageSpec(task_id=row["task_id"], task_dir=None, prebuilt=None))
-    return specs
+    def dockerfile(self) -> Path | None: ...
 
 
 @dataclass
 class BuildOutcome:
     task_id: str
     image: str
-    status: str  # built | cached | prebuilt | pushed | skipped | failed
+    status: str  # built | cached | prebuilt | pushed | skipped | missing | failed
     detail: str = ""
 
 
 ProgressFn = Callable[[int, int, str], None]
+FAILED = frozenset({"failed", "missing"})
 
 
 def text_progress(stream=None) -> ProgressFn:
@@ -126,10 +53,11 @@ def text_progress(stream=None) -> ProgressFn:
     return show
 
 
-def build_task_images(specs: Iterable[TaskImageSpec], *, registry: str | None = None, push: bool = False,
+def build_task_images(specs: Iterable[TaskImage], *, push: bool = False,
                       force: bool = False, progress: ProgressFn | None = None,
-                      layer: Callable[[str, TaskImageSpec], BuildOutcome] | None = None) -> list[BuildOutcome]:
-    """Build each task image (skip when present unless `force`), optionally push.
+                      layer: Callable[[str, TaskImage], BuildOutcome] | None = None) -> list[BuildOutcome]:
+    """Build each task image under the name the task gives it (skip when present unless
+    `force`), optionally push (the names carry the registry).
 
     `layer(base_ref, spec)` is the hook for a scaffold layer baked on top of the task
     image (`rlkit images build --scaffold NAME`); it returns that layer's outcome."""
@@ -141,10 +69,10 @@ def build_task_images(specs: Iterable[TaskImageSpec], *, registry: str | None = 
     for i, spec in enumerate(specs):
         if progress:
             progress(i, len(specs), spec.task_id)
-        outcome = _build_one(api, spec, registry, force)
-        if outcome.status != "failed" and push and registry and not spec.prebuilt:
+        outcome = _build_one(api, spec, force)
+        if push and not spec.prebuilt and outcome.status not in FAILED:
             outcome = _push(api, outcome)
-        if layer is not None and outcome.status != "failed":
+        if layer is not None and outcome.status not in FAILED:
             outcome = layer(outcome.image, spec)
         outcomes.append(outcome)
     if progress:
@@ -162,10 +90,15 @@ def image_exists(api, ref: str) -> bool:
         return False
 
 
-def _build_one(api, spec: TaskImageSpec, registry: str | None, force: bool) -> BuildOutcome:
+def _build_one(api, spec: TaskImage, force: bool) -> BuildOutcome:
+    ref = spec.image
     if spec.prebuilt:
-        return BuildOutcome(spec.task_id, spec.prebuilt, "prebuilt")
-    ref = task_image_ref(spec.task_id, registry)
+        if image_exists(api, ref):
+            return BuildOutcome(spec.task_id, ref, "prebuilt")
+        return BuildOutcome(spec.task_id, ref, "missing",
+                            f"[environment].docker_image {ref} is not on this docker host and nothing is pulled "
+                            "here: `docker load` it, or drop docker_image and give the task an "
+                            "environment/Dockerfile FROM an image that is here (rlkit/base:bookworm)")
     if spec.dockerfile is None:
         return BuildOutcome(spec.task_id, ref, "skipped", "no environment/Dockerfile")
     if not force and image_exists(api, ref):
@@ -191,8 +124,30 @@ def build_image(api, context_dir: Path, ref: str, labels: dict[str, str] | None 
             error = chunk["error"]
     if error:
         tail = "".join(log)[-1500:]
-        raise ImageError(f"building {ref} failed: {error.strip()}\n{tail}", image=ref,
+        hint = unpullable_base_hint(error, context_dir / dockerfile)
+        raise ImageError(f"building {ref} failed: {error.strip()}{hint}\n{tail}", image=ref,
                          seconds=time.monotonic() - started)
+
+
+_PULL_ERRORS = ("pull access denied", "manifest unknown", "not found: manifest", "failed to resolve",
+                "no such host", "dial tcp", "lookup ", "i/o timeout", "connection refused", "repository does not exist",
+                "failed to do request", "tls handshake", "unauthorized", "toomanyrequests")
+
+
+def unpullable_base_hint(error: str, dockerfile: Path) -> str:
+    """A hint when the build failed fetching its FROM image (nothing can be pulled here), else ""."""
+    if not any(marker in error.lower() for marker in _PULL_ERRORS):
+        return ""
+    bases = []
+    if dockerfile.is_file():
+        for line in dockerfile.read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].upper() == "FROM":
+                bases.append(next((p for p in parts[1:] if not p.startswith("--")), ""))
+    base = f" ({', '.join(bases)})" if bases else ""
+    return (f"\n    hint: the Dockerfile's base image{base} is not on this docker host and no registry can be "
+            "reached here: build it offline (`rlkit images base` makes rlkit/base:bookworm) or `docker load` it, "
+            "then start FROM it")
 
 
 def _push(api, outcome: BuildOutcome) -> BuildOutcome:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlkit.errors import UserError
+from rlkit.tasks.images import task_image_ref
 from rlkit.tasks.schema import AGENT_LOOP_NAME, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from rlkit.tasks.task import TaskInfo, discover_tasks
 
@@ -72,10 +73,7 @@ def image_ref_for(task: TaskInfo, registry: str | None = None) -> str:
     """A task's sandbox image: its own docker_image, else the image `rlkit images build` makes."""
     if task.docker_image:
         return task.docker_image
-    from rlkit.sandbox.images import task_image_ref
-
-    # images are named by the short task name (harbor's environment_name), as the sandbox does
-    return task_image_ref(task.task_id.split("/")[-1], registry=registry)
+    return task_image_ref(task.task_id, registry=registry)
 
 
 def row_for_task(task: TaskInfo, split: Split, registry: str | None = None,

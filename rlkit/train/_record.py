@@ -22,10 +22,11 @@ SERVED_NAME = "policy"
 def build_images(task_dirs: list[Path]) -> None:
     """The tasks' sandbox images (cached by docker; only missing ones are built)."""
     from rlkit.errors import ImageError
-    from rlkit.sandbox.images import build_task_images, read_task_spec
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import read_task_spec
 
     for outcome in build_task_images([read_task_spec(d) for d in task_dirs]):
-        if outcome.status == "failed":
+        if outcome.status in ("failed", "missing"):
             raise ImageError(f"image of {outcome.image} failed to build: {outcome.detail}")
 
 

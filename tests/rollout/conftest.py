@@ -14,7 +14,8 @@ DATA = Path(__file__).resolve().parent / "data"
 @pytest.fixture(scope="session")
 def task_images(base_image: str) -> list[str]:
     """Every bundled task's image, built once (cached by docker across runs)."""
-    from rlkit.sandbox.images import build_task_images, discover_tasks
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import discover_tasks
 
     outcomes = build_task_images(discover_tasks(EXAMPLES))
     failed = [o for o in outcomes if o.status == "failed"]

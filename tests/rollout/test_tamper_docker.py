@@ -33,7 +33,8 @@ def _changes(outcome: TrialOutcome) -> dict:
 def _in_fresh_sandbox(script: str) -> str:
     """stdout of `script` in a new container of the naive task's image with its tests at /tests."""
     from rlkit.sandbox.docker_api import api_client
-    from rlkit.sandbox.images import build_task_images, discover_tasks
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import discover_tasks
 
     [built] = build_task_images(discover_tasks(NAIVE))
     api = api_client()

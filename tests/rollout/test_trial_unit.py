@@ -63,7 +63,7 @@ def test_trial_config_follows_the_manual_layout(tmp_path: Path):
     assert config.environment.import_path == "rlkit.sandbox.docker:DockerEnvironment"
     assert config.environment.delete is True
     assert config.environment.kwargs == {"project": "p", "experiment": "e", "step": 3, "session": "sess-1",
-                                         "network": "none"}
+                                         "network": "none", "image": "rlkit-task/median-even-length:latest"}
     assert config.verifier.import_path == VERIFIER_IMPORT_PATH
     assert config.agent.override_timeout_sec == 5 and config.verifier.override_timeout_sec == 7
     assert TrialSpec(task_dir=EXAMPLE, trials_dir=tmp_path / "x").step_dir() == tmp_path / "x"
@@ -111,3 +111,26 @@ def test_reward_and_reason(tmp_path, rewards, exc_type, verifier_failure, reward
     assert (outcome.reward, outcome.reason, outcome.exception_type) == (reward, reason, shown)
     assert outcome.timings == {"environment_setup": 1.5, "agent_execution": 2.0, "verifier": 0.5, "total": 9.0}
     assert outcome.graded == (rewards is not None)
+
+
+def test_a_task_named_with_a_slash_gets_one_image_name_everywhere(tmp_path: Path):
+    """The index, `rlkit images build` and the trial runner name a dataset's task alike."""
+    import shutil
+
+    from rlkit.tasks.images import discover_tasks
+    from rlkit.tasks.index import row_for_task
+    from rlkit.tasks.task import load_task
+
+    task_dir = tmp_path / "regex-log"
+    shutil.copytree(EXAMPLE, task_dir)
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace('version = "1.0"', 'version = "1.0"\n[task]\nname = "terminal-bench/regex-log"', 1))
+    expected = "rlkit-task/terminal-bench-regex-log:latest"
+    row = row_for_task(load_task(task_dir), "train")
+    assert row.task_id == "terminal-bench/regex-log" and row.image == expected
+    assert [spec.image for spec in discover_tasks(task_dir)] == [expected]
+    config = trial_config(TrialSpec(task_dir=task_dir, trials_root=tmp_path), "s")
+    assert config.environment.kwargs["image"] == expected
+    baked = trial_config(TrialSpec(task_dir=task_dir, trials_root=tmp_path,
+                                   environment_kwargs={"image_variant": "cc", "registry": "reg:5000"}), "s")
+    assert baked.environment.kwargs["image"] == "reg:5000/rlkit-task/terminal-bench-regex-log:cc"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from rlkit.tasks.images import task_image_ref
+
 TEST_SH = """#!/bin/bash
 cd /app
 if python3 -c "import calc; assert calc.add(2, 3) == 5"; then echo 1 > /logs/verifier/reward.txt
@@ -41,6 +43,8 @@ def make_env(task: Path, tmp: Path, **options):
     harbor_task = Task(task)
     paths = TrialPaths(tmp / f"trial-{uuid.uuid4().hex[:6]}")
     paths.mkdir()
+    if not harbor_task.config.environment.docker_image:  # the task names its image, as the trial runner does
+        options.setdefault("image", task_image_ref(harbor_task.name))
     return DockerEnvironment(environment_dir=harbor_task.paths.environment_dir, environment_name=task.name,
                              session_id=f"{task.name}__{uuid.uuid4().hex[:7]}__env", trial_paths=paths,
                              task_env_config=harbor_task.config.environment, **options)

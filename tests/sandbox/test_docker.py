@@ -193,11 +193,14 @@ def test_harbor_trial_oracle_and_nop(calc_task: Path, tmp_path: Path) -> None:
     from harbor.trial.trial import Trial
 
     from rlkit.sandbox import IMPORT_PATHS
+    from rlkit.tasks.images import task_image_ref
 
     async def run(agent: str):
         config = TrialConfig(task=TaskConfig(path=calc_task), trials_dir=tmp_path / agent,
                              agent=AgentConfig(name=agent),
-                             environment=TrialEnvironmentConfig(import_path=IMPORT_PATHS["docker"]))
+                             environment=TrialEnvironmentConfig(
+                                 import_path=IMPORT_PATHS["docker"],
+                                 kwargs={"image": task_image_ref(calc_task.name)}))  # the task names its image
         return await (await Trial.create(config)).run()
 
     oracle, nop = asyncio.run(run("oracle")), asyncio.run(run("nop"))

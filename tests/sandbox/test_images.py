@@ -1,4 +1,4 @@
-"""Task image naming, discovery (dirs and parquet index) and building."""
+"""Task image naming (owned by rlkit.tasks), discovery (dirs and parquet index) and building."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.errors import UserError
-from rlkit.sandbox.images import build_task_images, discover_tasks, read_task_spec, task_image_ref
+from rlkit.sandbox.images import build_task_images
+from rlkit.tasks.images import discover_tasks, read_task_spec, task_image_ref
 from tests.sandbox._helpers import write_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +22,7 @@ def test_task_image_ref_naming() -> None:
     assert task_image_ref("Django__Issue#123", registry="reg.io:5000/team/") == \
         "reg.io:5000/team/rlkit-task/django__issue-123:latest"
     assert task_image_ref("calc", variant="ohsdk") == "rlkit-task/calc:ohsdk"
+    assert task_image_ref("terminal-bench/regex-log") == "rlkit-task/terminal-bench-regex-log:latest"
     with pytest.raises(UserError):
         task_image_ref("###")
 
@@ -32,8 +34,9 @@ def test_discover_tasks_from_dirs(tmp_path: Path) -> None:
     (named / "task.toml").write_text('version = "1.0"\n[task]\nname = "org/c-named"\n')
     (tmp_path / "not-a-task").mkdir()
     specs = discover_tasks(tmp_path)
-    assert [(s.task_id, s.prebuilt) for s in specs] == [("a-task", "python:3.12"), ("b-task", None),
-                                                        ("c-named", None)]
+    assert [(s.task_id, s.image, s.prebuilt) for s in specs] == [
+        ("a-task", "python:3.12", True), ("b-task", "rlkit-task/b-task:latest", False),
+        ("org/c-named", "rlkit-task/org-c-named:latest", False)]
     assert specs[1].dockerfile == tmp_path / "b-task" / "environment" / "Dockerfile"
     assert [s.task_id for s in discover_tasks(tmp_path / "b-task")] == ["b-task"]
     with pytest.raises(UserError, match="no task directories"):
@@ -65,15 +68,23 @@ def test_bad_task_toml_is_a_user_error(tmp_path: Path) -> None:
 def test_build_task_images_builds_then_caches(tmp_path: Path, base_image: str, docker_api) -> None:
     name = f"rlkit-test-build-{uuid.uuid4().hex[:6]}"
     write_task(tmp_path, name)
-    write_task(tmp_path, "prebuilt", task_toml='[environment]\ndocker_image = "somewhere/else:1"\n')
+    write_task(tmp_path, "prebuilt", task_toml='[environment]\ndocker_image = "rlkit/base:bookworm"\n')
+    write_task(tmp_path, "prebuilt-absent", task_toml='[environment]\ndocker_image = "somewhere/else:1"\n')
     broken = write_task(tmp_path, "zz-broken", dockerfile="FROM rlkit/base:bookworm\nRUN exit 7\n")
+    unpullable = write_task(tmp_path, "zz-unpullable", dockerfile="FROM docker.io/library/python:3.12-slim\n")
     seen: list[tuple[int, int]] = []
     try:
         outcomes = build_task_images(discover_tasks(tmp_path), progress=lambda d, t, _label: seen.append((d, t)))
-        assert [(o.task_id, o.status) for o in outcomes] == [("prebuilt", "prebuilt"), (name, "built"),
-                                                             (broken.name, "failed")]
-        assert "exit 7" in outcomes[2].detail or "non-zero code" in outcomes[2].detail
-        assert seen[-1] == (3, 3)
+        assert [(o.task_id, o.status) for o in outcomes] == [
+            ("prebuilt", "prebuilt"), ("prebuilt-absent", "missing"), (name, "built"), (broken.name, "failed"),
+            (unpullable.name, "failed")]
+        # a docker_image that is not here is not "ready"; a base that cannot be pulled says what to do
+        assert "not on this docker host" in outcomes[1].detail and "docker load" in outcomes[1].detail
+        assert "exit 7" in outcomes[3].detail or "non-zero code" in outcomes[3].detail
+        assert "hint:" not in outcomes[3].detail
+        assert "hint: the Dockerfile's base image (docker.io/library/python:3.12-slim)" in outcomes[4].detail
+        assert "rlkit images base" in outcomes[4].detail
+        assert seen[-1] == (5, 5)
         labels = docker_api.inspect_image(task_image_ref(name))["Config"]["Labels"]
         assert labels["rlkit.task"] == name
         again = build_task_images(discover_tasks(tmp_path / name))

@@ -18,6 +18,7 @@ import pytest
 from rlkit.errors import SandboxError
 from rlkit.sandbox.k8s import KubernetesEnvironment, delete_labelled_pods
 from rlkit.sandbox.timeouts import SandboxExecTimeout
+from rlkit.tasks.images import task_image_ref
 from tests.sandbox._helpers import write_task
 from tests.sandbox.fake_k8s import (
     FakeCoreV1Api,
@@ -37,6 +38,8 @@ def make_k8s_env(task: Path, tmp: Path, core=None, net=None, pod_exec=None, **op
     paths = TrialPaths(tmp / f"trial-{uuid.uuid4().hex[:6]}")
     paths.mkdir()
     options.setdefault("poll_interval_sec", 0.01)
+    if not harbor_task.config.environment.docker_image:
+        options.setdefault("image", task_image_ref(harbor_task.name, options.get("registry")))
     return KubernetesEnvironment(
         environment_dir=harbor_task.paths.environment_dir, environment_name=task.name,
         session_id=f"{task.name}__{uuid.uuid4().hex[:7]}__env", trial_paths=paths,
@@ -290,7 +293,8 @@ def test_fake_k8s_harbor_trial_oracle_and_nop(tmp_path: Path, base_image: str, c
         config = TrialConfig(task=TaskConfig(path=calc_task), trials_dir=tmp_path / agent,
                              agent=AgentConfig(name=agent),
                              environment=TrialEnvironmentConfig(import_path=IMPORT_PATHS["k8s"],
-                                                                kwargs={"poll_interval_sec": 0.05}))
+                                                                kwargs={"poll_interval_sec": 0.05,
+                                                                        "image": task_image_ref(calc_task.name)}))
         return await (await Trial.create(config)).run()
 
     oracle, nop = asyncio.run(run("oracle")), asyncio.run(run("nop"))

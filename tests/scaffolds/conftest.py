@@ -81,7 +81,8 @@ def scaffold_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def task_image(base_image: str) -> str:
     """The bundled task's plain image (rlkit-task/<id>:latest), built once."""
-    from rlkit.sandbox.images import build_task_images, read_task_spec
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import read_task_spec
 
     [outcome] = build_task_images([read_task_spec(TASK_DIR)])
     assert outcome.status != "failed", outcome.detail

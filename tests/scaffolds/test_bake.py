@@ -15,7 +15,7 @@ from rlkit.scaffolds.ohsdk import OPENHANDS_SDK_VERSION
 
 
 def test_scaffold_image_names_agree_with_task_image_naming() -> None:
-    from rlkit.sandbox.images import task_image_ref
+    from rlkit.tasks.images import task_image_ref
 
     for registry in (None, "registry.local:5000/team"):
         plain = task_image_ref("calc", registry)

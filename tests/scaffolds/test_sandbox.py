@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.scaffolds.sandbox import ProxyDockerEnvironment, is_loopback
+from rlkit.tasks.images import task_image_ref
 from tests.scaffolds.conftest import TASK_DIR
 
 
@@ -23,7 +24,7 @@ def _env(tmp_path: Path, hosts: list[str]) -> ProxyDockerEnvironment:
     policy = NetworkPolicy(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=hosts)
     return ProxyDockerEnvironment(environment_dir=task.paths.environment_dir, environment_name=task.name,
                                   session_id="s", trial_paths=paths, task_env_config=task.config.environment,
-                                  network_policy=policy)
+                                  network_policy=policy, image=task_image_ref(task.name))
 
 
 def test_loopback_names_and_addresses() -> None:
