@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from pathlib import Path
 from typing import override
 
 from harbor.models.trial.paths import EnvironmentPaths
@@ -78,6 +80,32 @@ def _fresh_dirs_command(paths: EnvironmentPaths) -> str:
             f"find {verifier_dir} -mindepth 1 -delete && chmod 777 {verifier_dir}")
 
 
+# What a test.sh that downloads its tools at grading time prints when there is no network
+# (curl, wget, pip, uv, apt, npm, Python's socket errors). A reward of 0 with one of these is
+# the task's fault, not a wrong answer.
+_NETWORK_ERRORS = re.compile(
+    r"Could not resolve host|Temporary failure in name resolution|Name or service not known|"
+    r"Network is unreachable|Failed to establish a new connection|Failed to connect to |"
+    r"unable to resolve host address|Could not fetch URL|No matching distribution found for|"
+    r"Failed to download|failed to lookup address|dns error|getaddrinfo (?:ENOTFOUND|EAI_AGAIN)|"
+    r"Temporary failure resolving|Could not connect to [\w.-]+:\d+|ERR_SOCKET_TIMEOUT|"
+    r"curl: \((?:5|6|7|28)\)")
+
+
+def grading_network_failure(test_stdout: Path) -> str | None:
+    """The first network-failure line of a test run's output, if any."""
+    try:
+        text = test_stdout.read_text(errors="replace")[-200_000:]
+    except OSError:
+        return None
+    match = _NETWORK_ERRORS.search(text)
+    return match.group(0) if match else None
+
+
+class VerifierNetworkError(RuntimeError):
+    """The tests scored 0 because they could not reach the network (a task fault: verifier_error)."""
+
+
 class TamperSuspectError(RuntimeError):
     """The agent changed files that can steer the verifier; the tests were not run."""
 
@@ -90,7 +118,14 @@ class GuardedVerifier(Verifier):
         key = str(self.trial_paths.trial_dir)
         VERIFIER_FAILURES.pop(key, None)
         try:
-            return await super().verify()
+            result = await super().verify()
+            if not any(float(v) > 0 for v in (result.rewards or {}).values()):
+                network_failure = grading_network_failure(self.trial_paths.test_stdout_path)
+                if network_failure:
+                    raise VerifierNetworkError(
+                        f"the tests failed reaching the network at grading time ({network_failure!r} in "
+                        "test-stdout.txt): the task's test.sh downloads tools; bake them into its image")
+            return result
         except BaseException as exc:
             VERIFIER_FAILURES[key] = type(exc).__name__
             raise
