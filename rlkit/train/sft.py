@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 import time
@@ -223,7 +224,8 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
         return SftResult(model_dir=out, cached=True, losses=meta.get("losses", []),
                          teacher_rewards=meta.get("teacher_rewards", {}))
 
-    work = out.with_name(out.name + ".partial")
+    # one scratch dir per process: two runs building the same model never share files
+    work = out.with_name(f"{out.name}.partial-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     log(f"warm start: recording {len(task_dirs)} teacher trajectories ({settings.scaffold})")
     started = time.monotonic()
@@ -241,6 +243,9 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
             "record_s": round(record_s, 1), "finetune_s": round(finetune_s, 1)}
     (work / MARKER).write_text(json.dumps(meta, indent=2))
     shutil.rmtree(out, ignore_errors=True)
-    work.rename(out)
+    try:
+        work.rename(out)
+    except OSError:  # another run finished the same model first: keep its copy
+        shutil.rmtree(work, ignore_errors=True)
     return SftResult(model_dir=out, cached=False, record_s=record_s, finetune_s=finetune_s, losses=losses,
                      teacher_rewards=rewards)
