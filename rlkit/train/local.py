@@ -98,8 +98,9 @@ def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
     import ray
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
-    ray.init(num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES,
-             log_to_driver=False, configure_logging=False, namespace=f"rlkit-{paths.project}-{paths.exp}")
+    # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
+    ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
+             object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False, namespace=f"rlkit-{paths.project}-{paths.exp}")
     try:
         me = psutil.Process()
         children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]

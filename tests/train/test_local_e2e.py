@@ -40,6 +40,18 @@ def _index(path: Path, tasks: list[str], split: str, broken: str | None = None) 
     return write_index(rows, path)
 
 
+@pytest.fixture(scope="module")
+def task_images(base_image: str) -> list[str]:
+    """The images of the tasks this run uses (cached by docker across runs)."""
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import discover_tasks
+
+    wanted = {*TRAIN_TASKS, "median-even-length"}
+    outcomes = build_task_images([t for t in discover_tasks(EXAMPLES) if t.task_id in wanted])
+    assert not [o for o in outcomes if o.status == "failed"], outcomes
+    return [o.image for o in outcomes]
+
+
 @pytest.fixture
 def run_config(tmp_path: Path, tiny_model_dir: Path, task_images: list[str]) -> tuple[Workspace, Path]:
     ws = Workspace(tmp_path, tiny_model_dir)
