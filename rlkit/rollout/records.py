@@ -103,6 +103,20 @@ class TrialRecord(BaseModel):
         return not self.masked and any(any(s.response_mask) for s in self.segments)
 
 
+class TrialBrief(BaseModel):
+    """One trial's line in `summary.json` (`StepSummary.sessions`): what the trajectory browser sorts by."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: str
+    task_id: str
+    outcome: Outcome
+    reward: float
+    masked: bool
+    num_turns: int = 0
+    parse_failures: int = 0
+
+
 class StepSummary(BaseModel):
     """`step_<N>/summary.json`: what status and the dashboard read."""
 
@@ -121,6 +135,8 @@ class StepSummary(BaseModel):
     timing_s: dict[str, float] = Field(description="seconds summed over trials: sandbox, agent, verifier, "
                                                    "model; plus wall (the step's elapsed time)")
     timing_share: dict[str, float] = Field(description="sandbox/agent/verifier/model as shares of their sum")
+    sessions: list[TrialBrief] = Field(default_factory=list, description="one line per trial (added later: "
+                                       "older summaries have none)")
 
 
 class StepResult(BaseModel):

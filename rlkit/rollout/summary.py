@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlkit.rollout.records import Outcome, StepSummary, TrialRecord
+from rlkit.rollout.records import Outcome, StepSummary, TrialBrief, TrialRecord
 
 SUMMARY_FILE = "summary.json"
 TIMING_KEYS = ("sandbox", "agent", "verifier", "model")
@@ -65,6 +65,8 @@ def summarize(step: int, records: Sequence[TrialRecord], wall_s: float) -> StepS
         parse_failures=sum(r.parse_failures for r in records), num_breaks=sum(r.num_breaks for r in records),
         timing_s={**timing, "wall": round(wall_s, 3)},
         timing_share={key: round(value / spent, 4) if spent else 0.0 for key, value in timing.items()},
+        sessions=[TrialBrief(session=r.session, task_id=r.task_id, outcome=r.outcome, reward=r.reward, masked=r.masked,
+                             num_turns=r.num_turns, parse_failures=r.parse_failures) for r in records],
     )
 
 
