@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlkit.cli.train", "run a config: PREFLIGHT_ONLY=1 / DRY_RUN=1 / full run"),
     "index": ("rlkit.cli.index", "task indexes: `rlkit index build TASKS_DIR -o FILE.parquet`"),
     "images": ("rlkit.cli.images", "sandbox images: `rlkit images base|build`"),
+    "tasks": ("rlkit.cli.tasks", "task-set health: `rlkit tasks check TASKS_DIR|INDEX` (oracle 1, no-op 0)"),
     "trial": ("rlkit.cli.trial", "run one trial of a task with an agent"),
     "rollout": ("rlkit.cli.rollout", "k attempts per task: pass rates and a difficulty-filtered index"),
     "eval": ("rlkit.cli.eval", "pass@1 / pass@k of a model on a task index"),

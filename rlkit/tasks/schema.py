@@ -24,6 +24,13 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "agent_timeout_sec": "agent timeout for this task (task.toml [agent].timeout_sec)",
     "verifier_timeout_sec": "verifier timeout for this task (task.toml [verifier].timeout_sec)",
 }
+# Added to an index by `rlkit tasks check INDEX --write-index` (not by `rlkit index build`).
+CHECK_COLUMNS: dict[str, str] = {
+    "task_ok": "the task passed `rlkit tasks check` (oracle 1, no-op 0); false rows are broken (null: not checked)",
+}
+# Footer key-value metadata `rlkit tasks check --write-index` leaves: JSON {"checked": N,
+# "broken": {task_id: reason}}; preflight reads it from the footer, without loading rows.
+TASK_CHECK_KEY = "rlkit.task_check"
 # Required by verl's RLHFDataset + agent loop.
 VERL_COLUMNS: dict[str, str] = {
     "data_source": "dataset name verl groups metrics by (val-core/<data_source>/...)",

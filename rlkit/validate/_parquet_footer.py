@@ -138,6 +138,46 @@ def _schema_element(r: _Reader) -> tuple[str, int]:
 
 def read_footer(path: str) -> tuple[int, list[str]]:
     """(num_rows, top-level column names)."""
+    r = _footer_reader(path)
+    elements: list[tuple[str, int]] = []
+    num_rows = -1
+    for fid, kind in r.fields():
+        if fid == 2 and kind == _LIST:
+            count, _ = r.list_header()
+            elements = [_schema_element(r) for _ in range(count)]
+        elif fid == 3 and kind == _I64:
+            num_rows = r.zigzag()
+            break  # row groups and the rest are not needed
+        else:
+            r.skip(kind)
+    if not elements or num_rows < 0:
+        raise ParquetFooterError("footer has no schema or row count")
+    return num_rows, _top_level(elements)
+
+
+def read_key_values(path: str) -> dict[str, str]:
+    """The footer's key-value metadata (field 5: writers' notes such as pyarrow's schema)."""
+    r = _footer_reader(path)
+    out: dict[str, str] = {}
+    for fid, kind in r.fields():
+        if fid == 5 and kind == _LIST:
+            count, _ = r.list_header()
+            for _ in range(count):
+                key, value = "", ""
+                for kfid, kkind in r.fields():
+                    if kfid == 1 and kkind == _BINARY:
+                        key = r.binary().decode("utf-8", "replace")
+                    elif kfid == 2 and kkind == _BINARY:
+                        value = r.binary().decode("utf-8", "replace")
+                    else:
+                        r.skip(kkind)
+                out[key] = value
+            break
+        r.skip(kind)
+    return out
+
+
+def _footer_reader(path: str) -> _Reader:
     if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
         raise ParquetFooterError("not a regular file")
     with open(path, "rb") as f:
@@ -157,21 +197,7 @@ def read_footer(path: str) -> tuple[int, list[str]]:
         if length > MAX_FOOTER:
             raise ParquetFooterError(f"footer of {length} bytes is too big for a task index")
         f.seek(size - 8 - length)
-        r = _Reader(f.read(length))
-    elements: list[tuple[str, int]] = []
-    num_rows = -1
-    for fid, kind in r.fields():
-        if fid == 2 and kind == _LIST:
-            count, _ = r.list_header()
-            elements = [_schema_element(r) for _ in range(count)]
-        elif fid == 3 and kind == _I64:
-            num_rows = r.zigzag()
-            break  # row groups and the rest are not needed
-        else:
-            r.skip(kind)
-    if not elements or num_rows < 0:
-        raise ParquetFooterError("footer has no schema or row count")
-    return num_rows, _top_level(elements)
+        return _Reader(f.read(length))
 
 
 def _top_level(elements: list[tuple[str, int]]) -> list[str]:

@@ -6,10 +6,12 @@ pyarrow: its import alone would cost more than the rest of a preflight.
 
 from __future__ import annotations
 
+import json
+
 from rlkit.config.files import exists, is_dir, os_reason
-from rlkit.tasks.schema import REQUIRED_COLUMNS
-from rlkit.validate._parquet_footer import ParquetFooterError, read_footer
-from rlkit.validate.findings import Context, Finding, fatal, ok, skip
+from rlkit.tasks.schema import REQUIRED_COLUMNS, TASK_CHECK_KEY
+from rlkit.validate._parquet_footer import ParquetFooterError, read_footer, read_key_values
+from rlkit.validate.findings import Context, Finding, Status, fatal, ok, skip, warn
 
 BUILD_FIX = "build it with `rlkit index build TASKS_DIR -o FILE.parquet`"
 
@@ -44,5 +46,29 @@ def _check_index(ctx: Context, name: str) -> Finding:
     return ok("data_files", f"{name}: {num_rows} task(s) in {path.name}")
 
 
+def _broken_tasks(ctx: Context, name: str) -> Finding | None:
+    """A warning when `rlkit tasks check --write-index` marked rows of the index task_ok false."""
+    path = ctx.resolved.path(name)
+    try:
+        verdict = json.loads(read_key_values(str(path)).get(TASK_CHECK_KEY) or "{}")
+    except (OSError, ValueError):
+        return None
+    broken = verdict.get("broken") or {}
+    if not broken:
+        return None
+    shown = "; ".join(f"{task}: {reason.splitlines()[0]}" for task, reason in list(broken.items())[:3])
+    more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+    return warn("data_files", f"{name}: {len(broken)} task(s) failed `rlkit tasks check` (task_ok false): "
+                f"{shown}{more}",
+                "their rewards teach nothing: fix them, or drop those rows, then run "
+                f"`rlkit tasks check {path} --write-index` again", key=name, where=ctx.resolved.where(name))
+
+
 def data_files(ctx: Context) -> list[Finding]:
-    return [_check_index(ctx, "TRAIN_FILES"), _check_index(ctx, "VAL_FILES")]
+    findings = []
+    for name in ("TRAIN_FILES", "VAL_FILES"):
+        finding = _check_index(ctx, name)
+        findings.append(finding)
+        if finding.status is Status.OK:
+            findings.extend(f for f in [_broken_tasks(ctx, name)] if f is not None)
+    return findings
