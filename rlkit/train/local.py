@@ -183,14 +183,27 @@ class LocalTrainer:
             with self.progress:
                 return self._train(lock, metrics_log)
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut teardown short
+            # a second Ctrl-C / SIGTERM must not cut the teardown short
+            held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
                 if metrics_log is not None:
                     metrics_log.close()
+                self._remove_sandboxes()  # trials in flight when Ray stopped leave their containers
                 lock.release()
             finally:
                 reaper.terminate()
+                signal.signal(signal.SIGINT, held[signal.SIGINT])
                 signal.signal(signal.SIGTERM, previous)
+
+    def _remove_sandboxes(self) -> None:
+        from rlkit.config.schema import Backend
+        from rlkit.ops.cleanup import cleanup
+
+        for exp in (self.paths.exp, self.paths.val_exp):
+            try:
+                cleanup(self.paths.project, exp, k8s=self.cfg.BACKEND is Backend.K8S)
+            except Exception as exc:  # noqa: BLE001 -- teardown goes on; `rlkit cleanup` can finish it
+                self.progress.note(f"sandbox cleanup of {self.paths.project}/{exp} failed: {exc}")
 
     def _train(self, lock: Any, metrics_log: Any) -> int:
         import ray
