@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -34,11 +35,16 @@ from rlkit.errors import LaunchError
 from rlkit.launch.proxy_process import ProxyProcess
 from rlkit.launch.vllm import VllmServer, VllmServerConfig
 from rlkit.launch.weight_sync import (
+    EXTENSION_DIR,
+    RELOAD,
+    RELOAD_REPACKED,
+    WORKER_EXTENSION,
     LogprobProbe,
     WeightSyncReport,
     logprob_diff,
     reload_in_place,
     server_logprobs,
+    ties_embeddings,
 )
 from rlkit.proxy.core import ProxyConfig
 
@@ -118,6 +124,7 @@ class Inference:
         self.proxy: ProxyProcess | BackgroundProxy | None = None
         self.weights_path = config.model_path  # what the server runs now
         self._restart_did_not_help = False
+        self._reload_method = RELOAD_REPACKED if ties_embeddings(config.model_path) else RELOAD
         # Children are started from this one long-lived thread: their PDEATHSIG follows the
         # starting thread, and a restart may be asked for from any (short-lived) thread.
         self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlkit-launch")
@@ -144,12 +151,16 @@ class Inference:
         extra = list(c.vllm_extra_args)
         if model_path != c.model_path:  # a trainer's weights directory may hold no tokenizer
             extra += ["--tokenizer", c.model_path]
+        env = {"VLLM_SERVER_DEV_MODE": "1"} if c.dev_mode else {}
+        if self._reload_method == RELOAD_REPACKED:
+            extra += ["--worker-extension-cls", WORKER_EXTENSION]
+            env["PYTHONPATH"] = str(EXTENSION_DIR)  # only the extension's own folder, never rlkit
         optional: dict[str, Any] = {"scratch_dir": c.scratch_dir} if c.scratch_dir else {}
         return VllmServerConfig(model_path=model_path, exp_name=c.exp_name, host=c.vllm_host, port=port,
                                 served_model_name=c.served_model_name, max_model_len=c.max_model_len,
-                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, extra_args=extra,
-                                env={"VLLM_SERVER_DEV_MODE": "1"} if c.dev_mode else {}, log_dir=c.log_dir,
-                                python=c.vllm_python, startup_timeout_s=c.startup_timeout_s, **optional)
+                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, extra_args=extra, env=env,
+                                log_dir=c.log_dir, python=c.vllm_python, startup_timeout_s=c.startup_timeout_s,
+                                **optional)
 
     def _boot_vllm(self, model_path: str, port: int | None) -> None:
         server = VllmServer(self.vllm_config(model_path, port))
@@ -181,6 +192,11 @@ class Inference:
             self.proxy = proxy
             self._launcher.submit(proxy.start).result()
             proxy.wait_ready()
+        # The proxy must be ours (not a stale one on the port) and its backend must serve the policy.
+        from rlkit.proxy.health import probe_proxy
+
+        pid = os.getpid() if self.config.proxy_in_process else getattr(self.proxy.process, "pid", None)
+        probe_proxy(self.proxy.url, self.model_name, pid=pid, wait_s=30.0)
         log.info("proxy ready on %s", self.proxy.url)
         return self
 
@@ -223,7 +239,7 @@ class Inference:
         error: str | None = None
         diff: tuple[float, float] | None = None
         try:  # a server without dev mode answers 404 here, and restarts
-            timings = reload_in_place(self.vllm_url, path)
+            timings = reload_in_place(self.vllm_url, path, method=self._reload_method)
             fields.update(paused=timings.paused, reload_s=timings.reload_s,
                           reset_prefix_cache_s=timings.reset_prefix_cache_s)
             self.weights_path = path

@@ -9,6 +9,8 @@ In place (the server runs with VLLM_SERVER_DEV_MODE=1):
                                      preempted and recomputed with the new weights
     POST /resume
 `Inference.sync_weights` falls back to a restart on the new weights when this fails.
+A model with tied embeddings reloads through rlkit's worker extension instead, which also
+repacks the CPU output layer (`vllm_ext/rlkit_vllm_ext.py`).
 
 The check: the server's logprobs of a fixed probe sequence against the trainer's own
 logprobs of the same tokens (`LogprobProbe`); the difference is logged as a metric.
@@ -17,9 +19,11 @@ vLLM's prompt logprobs never read the prefix cache, so the probe checks the weig
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -74,16 +78,34 @@ class ReloadTimings:
     reset_prefix_cache_s: float
 
 
-def reload_in_place(vllm_url: str, weights_path: str, *, timeout_s: float = 600.0) -> ReloadTimings:
+# A tied lm_head on the CPU needs the worker extension's repacking reload (see vllm_ext/).
+EXTENSION_DIR = Path(__file__).resolve().parent / "vllm_ext"
+WORKER_EXTENSION = "rlkit_vllm_ext.RlkitWorkerExtension"
+RELOAD = "reload_weights"
+RELOAD_REPACKED = "reload_weights_repacked"
+
+
+def ties_embeddings(model_path: str | Path) -> bool:
+    """Does the HF model share its input embedding with the output layer?"""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False)))
+
+
+def reload_in_place(vllm_url: str, weights_path: str, *, method: str = RELOAD,
+                    timeout_s: float = 600.0) -> ReloadTimings:
     """Reload weights from an HF directory into a dev-mode server; raises LaunchError when it fails.
 
     Always passes `weights_path`: once a reload used one, later plain reloads read from it.
+    `method` is RELOAD_REPACKED for a server started with the worker extension.
     """
     paused = _pause(vllm_url)
     try:
         start = time.perf_counter()
         try:
-            post_json(f"{vllm_url}/collective_rpc", {"method": "reload_weights", "timeout": timeout_s,
+            post_json(f"{vllm_url}/collective_rpc", {"method": method, "timeout": timeout_s,
                                                      "kwargs": {"weights_path": weights_path}},
                       timeout_s=timeout_s + 30)
         except (HttpStatusError, OSError) as exc:

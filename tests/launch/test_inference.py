@@ -74,7 +74,21 @@ def test_vllm_runs_in_dev_mode_and_new_weights_keep_the_tokenizer(tmp_path: Path
     assert synced.extra_args == ["--seed", "1", "--tokenizer", inf.config.model_path]
     assert synced.port == 1234
     assert Inference(_config(tmp_path, dev_mode=False)).vllm_config("/m", None).env == {}
+    assert "--worker-extension-cls" not in first.extra_args  # the tiny policy is untied
     inf.close()
+
+
+def test_tied_embeddings_reload_through_the_worker_extension(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"tie_word_embeddings": true}')
+    config = Inference(_config(tmp_path)).vllm_config(str(model), None)
+    at = config.extra_args.index("--worker-extension-cls")
+    assert config.extra_args[at + 1] == "rlkit_vllm_ext.RlkitWorkerExtension"
+    # vLLM's own venv imports the extension from its folder alone (a folder holding rlkit's
+    # launch/vllm.py would shadow the vllm package).
+    folder = Path(config.env["PYTHONPATH"])
+    assert (folder / "rlkit_vllm_ext.py").is_file() and not (folder / "vllm.py").exists()
 
 
 def test_report_metrics_and_probe_arithmetic() -> None:
@@ -148,7 +162,7 @@ def _sync_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, reload_fails:
     inf.vllm = _StandInServer()  # type: ignore[assignment]
     restarts: list[str] = []
 
-    def reload(url: str, path: str) -> ReloadTimings:
+    def reload(url: str, path: str, method: str) -> ReloadTimings:
         if reload_fails:
             raise LaunchError("reload_weights failed")
         return ReloadTimings(paused=True, reload_s=0.01, reset_prefix_cache_s=0.001)

@@ -86,8 +86,9 @@ def test_weight_sync_changes_the_servers_logprobs_toward_the_trainers(
 def test_a_failing_reload_restarts_vllm_on_the_new_weights(
         tiny_model_dir: Path, tmp_path: Path, updated_policy: Policy) -> None:
     probe = LogprobProbe(PROMPT, TARGET, updated_policy.new_logprobs)
-    # Without dev mode vLLM has no /collective_rpc: the reload fails for real.
-    with inference(tiny_config(tiny_model_dir, tmp_path, dev_mode=False)) as inf:
+    # Without dev mode vLLM has no /collective_rpc: the reload fails for real. The proxy runs
+    # in-process here (the other tests cover the child process) and must follow the restart.
+    with inference(tiny_config(tiny_model_dir, tmp_path, dev_mode=False, proxy_in_process=True)) as inf:
         port = inf.vllm.port
         report = inf.sync_weights(updated_policy.new_dir, probe=probe)
         assert report.method == "restart" and "404" in (report.reload_error or "")
@@ -97,5 +98,6 @@ def test_a_failing_reload_restarts_vllm_on_the_new_weights(
         children = [p.pid for p in psutil.Process().children(recursive=True)]
         print(f"\nrestart: {report.model_dump_json()}")
     assert still_running(children) == []
+    assert "rlkit-proxy" not in [t.name for t in threading.enumerate()]
     logged = (tmp_path / "logs" / "it_vllm_server.log").read_text()
     assert str(updated_policy.new_dir) in logged  # the second server's start-up is in the same log
