@@ -36,6 +36,7 @@ SEED = 0
 VAL_K = 1  # attempts per val task (verl's val_kwargs.n default)
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
+RAY_START_ATTEMPTS = 3
 
 
 def total_steps(cfg: RunConfig, n_rows: int) -> int:
@@ -99,8 +100,17 @@ def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
     # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
-    ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
-             object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False, namespace=f"rlkit-{paths.project}-{paths.exp}")
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
+                     object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
+                     namespace=f"rlkit-{paths.project}-{paths.exp}")
+            break
+        except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
+            ray.shutdown()
+            if attempt == RAY_START_ATTEMPTS:
+                raise
+            log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
     try:
         me = psutil.Process()
         children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
