@@ -34,6 +34,7 @@ import contextvars
 import logging
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
@@ -41,6 +42,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from rlkit.errors import UpstreamError
 from rlkit.proxy.core import ProxyConfig, ProxyCore
 from rlkit.proxy.server import ProxyEventLoop, ProxyServer
+from rlkit.proxy.upstream import UpstreamClient
 from rlkit.rollout.records import TrialRecord
 from rlkit.train.verl_samples import group_uid, row_from_verl, sample_fields
 
@@ -54,12 +56,13 @@ _SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "min_p", "max_token
 _session: contextvars.ContextVar[str] = contextvars.ContextVar("rlkit_proxy_session", default="")
 
 
-class ServerManagerUpstream:
-    """The proxy's upstream client (`rlkit.proxy.upstream.UpstreamClient`'s methods) over
-    verl's `LLMServerClient`: token ids in, token ids + logprobs out."""
+class ServerManagerUpstream(UpstreamClient):
+    """The proxy's upstream client over verl's `LLMServerClient`: token ids in, token ids +
+    logprobs out. Its one pseudo-replica stands for all of verl's replicas."""
 
     def __init__(self, server_manager: Any, worker_loop: asyncio.AbstractEventLoop,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, model_name: str = "policy") -> None:
+        super().__init__(model_name)
         self.server_manager = server_manager
         self.worker_loop = worker_loop
         self._max_model_len = max_model_len
@@ -69,8 +72,14 @@ class ServerManagerUpstream:
     async def max_model_len(self, replica: Any) -> int | None:
         return self._max_model_len
 
+    async def describe(self, replica: Any, timeout_s: float = 2.0) -> dict[str, Any]:
+        # verl owns the replicas' lives (sleep/wake, weight sync); its manager answers for them.
+        replica.max_model_len, replica.models, replica.stale = self._max_model_len, (self.model_name,), False
+        return {"url": PSEUDO_UPSTREAM, "up": True, "models": [self.model_name], "serves_model": True,
+                "max_model_len": self._max_model_len, "error": None}
+
     async def healthy(self, replica: Any, timeout_s: float = 2.0) -> bool:
-        return True  # verl owns the replicas' lives; its manager answers for them
+        return True
 
     async def close(self) -> None:
         return None
@@ -112,9 +121,12 @@ class WorkerHost:
             import ray
 
             host = ray.util.get_node_ip_address()
-        self.upstream = ServerManagerUpstream(server_manager, worker_loop, proxy.get("max_model_len"))
+        # Agents name the policy by a plain name (litellm's hosted_vllm/<name> takes no path).
+        proxy.setdefault("served_model_name", Path(model_path.rstrip("/")).name or "policy")
         config = ProxyConfig(model_path=model_path, upstreams=[PSEUDO_UPSTREAM], host=host, port=0, **proxy)
         self.model_name = config.served_model_name or model_path
+        self.upstream = ServerManagerUpstream(server_manager, worker_loop, proxy.get("max_model_len"),
+                                              self.model_name)
         self.engine_settings = dict(settings.get("engine") or {})
         self._engines: dict[tuple, Any] = {}
         self._loop = ProxyEventLoop()

@@ -45,7 +45,7 @@ def sample_fields(record: TrialRecord, *, pad_id: int = 0, max_response: int | N
         "num_breaks": max(record.num_breaks, len(record.segments) - 1),
         "parse_failures": record.parse_failures, "attempts": record.attempts,
         "trial_dir": str(record.trial_dir) if record.trial_dir else "",
-        "timings": dict(record.timings), "response_cut": 0,
+        "timings": dict(record.timings), "response_cut": 0, "detail": record.detail or "",
         "dropped_model_tokens": sampled - (sum(chain.response_mask) if chain else 0),
     }
     if chain is None or not any(chain.response_mask):
