@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cleanup": ("rlkit.cli.cleanup", "remove labelled sandboxes (and, later, stale Ray/vLLM processes)"),
     "proxy": ("rlkit.cli.proxy", "serve the token-recording proxy in front of vLLM"),
     "model": ("rlkit.cli.model", "embedded default model: `rlkit model tiny OUT_DIR`"),
+    "status": ("rlkit.cli.status", "a run's state, step k/N, ETA and the first-step numbers (files only; --follow)"),
+    "dashboard": ("rlkit.cli.dashboard", "serve the monitoring dashboard (curves, trajectory browser) on DASHBOARD_PORT"),
     "sft": ("rlkit.cli.sft", "warm start: fine-tune the policy on teacher trajectories (cached)"),
 }
 

@@ -1,0 +1,202 @@
+"""The monitoring dashboard: a FastAPI app over a folder's logs/ and harbor_trials/ (live or finished runs).
+
+    GET /                                   the page (static/index.html, uPlot vendored from npm)
+    GET /api/runs                           runs under the folder (logs/<exp>.jsonl or .log)
+    GET /api/runs/{exp}/metrics?offset=B    step records after byte B of the metrics file, as columns,
+                                            and the offset to ask from next time (live refresh reads only new bytes)
+    GET /api/runs/{exp}/vllm?offset=B       vLLM throughput lines after byte B
+    GET /api/runs/{exp}/status              rlkit status as JSON (the first-step numbers)
+    GET /api/runs/{exp}/steps               step_<N>/summary.json of every step (sessions left out)
+    GET /api/runs/{exp}/steps/{n}/trials    one row per trial: session, task, outcome, reward
+    GET /api/runs/{exp}/steps/{n}/trials/{session}            ATIF steps, test output, exception
+    GET /api/runs/{exp}/steps/{n}/trials/{session}/trajectory.json   the raw ATIF file (download)
+
+Access: with no token only loopback clients whose Host is a loopback name are served (a page on
+another site cannot rebind to it). With a token (needed to bind beyond loopback, and to put the
+dashboard behind a tunnel, whose requests look local) every request carries it: `?token=` once
+(it becomes a cookie), `Authorization: Bearer`, or the cookie. Every name in a path is one plain
+component resolved inside the folder (`rlkit.monitor.trials.safe_child`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from rlkit.config.paths import RunPaths
+from rlkit.errors import UserError
+from rlkit.monitor import metrics as metrics_mod
+from rlkit.monitor import trials as trials_mod
+from rlkit.monitor.run import RunRef, read_lock
+from rlkit.monitor.tail import LineTail
+from rlkit.monitor.vllm_log import parse_line as parse_vllm_line
+
+STATIC = Path(__file__).parent / "static"
+COOKIE = "rlkit_dashboard_token"
+LOG_SUFFIXES = ("_vllm", "_proxy", "_reaper", "_server", "_vllm_server")
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+MAX_READ = 64 << 20  # one metrics request reads at most this much; the client asks again from the new offset
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without the port ("[::1]:8090" -> "[::1]")."""
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.split(":", 1)[0]
+
+
+class RunFolder:
+    """The folder a dashboard serves: <root>/logs and <root>/harbor_trials/<project>/<exp>."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def runs(self) -> list[dict[str, Any]]:
+        logs = self.root / "logs"
+        names: dict[str, float] = {}
+        if logs.is_dir():
+            for path in logs.iterdir():
+                if path.suffix in {".jsonl", ".log"} and not path.stem.endswith(LOG_SUFFIXES):
+                    names[path.stem] = max(names.get(path.stem, 0.0), path.stat().st_mtime)
+        return [{"exp": exp, "project": self.paths(exp).project, "modified": mtime,
+                 "running": (logs / f"{exp}.lock").exists()}
+                for exp, mtime in sorted(names.items(), key=lambda kv: -kv[1])]
+
+    def paths(self, exp: str) -> RunPaths:
+        trials_mod.safe_child(self.root / "logs", exp)  # one plain name
+        lock = read_lock(self.root / "logs" / f"{exp}.lock") or {}
+        project = lock.get("project")
+        if not isinstance(project, str) or not trials_mod.NAME_RE.match(project):
+            found = sorted((self.root / "harbor_trials").glob(f"*/{exp}"))
+            project = found[0].parent.name if found else "default"
+        return RunPaths(self.root, project, exp)
+
+
+def metrics_after(paths: RunPaths, offset: int) -> dict[str, Any]:
+    """Step records appended after byte `offset`, as columns: {steps, columns: {name: [value|null]}}."""
+    path = metrics_mod.metrics_file(paths)
+    if path is None:
+        return {"offset": 0, "source": None, "steps": [], "columns": {}}
+    parse = metrics_mod.parse_jsonl_line if path.suffix == ".jsonl" else metrics_mod.parse_console_line
+    tail = LineTail(path, offset)
+    records = [r for r in map(parse, tail.poll(MAX_READ)) if r is not None]
+    names = sorted({k for _, data in records for k in data})
+    return {"offset": tail.offset, "source": path.name, "steps": [s for s, _ in records],
+            "columns": {n: [data.get(n) for _, data in records] for n in names}}
+
+
+def vllm_after(paths: RunPaths, offset: int) -> dict[str, Any]:
+    tail = LineTail(paths.vllm_log, offset)
+    rows = [t.as_dict() for t in map(parse_vllm_line, tail.poll(MAX_READ)) if t is not None]
+    return {"offset": tail.offset, "rows": rows}
+
+
+def steps_overview(paths: RunPaths) -> list[dict[str, Any]]:
+    out = []
+    for step in trials_mod.step_numbers(paths.trials):
+        summary = trials_mod.read_summary(paths.trials, step) or {}
+        summary.pop("sessions", None)
+        out.append({"step": step, **summary})
+    return out
+
+
+def create_app(root: Path, *, token: str | None = None) -> Any:
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+    from fastapi.staticfiles import StaticFiles
+
+    folder = RunFolder(root)
+    app = FastAPI(title="rlkit dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        if token:
+            given = (request.query_params.get("token") or request.cookies.get(COOKIE)
+                     or request.headers.get("authorization", "").removeprefix("Bearer ").strip())
+            if not given or not hmac.compare_digest(given, token):
+                return JSONResponse({"error": "a token is required (?token=...)"}, status_code=401)
+            if request.query_params.get("token") and request.method == "GET" and request.url.path == "/":
+                response = RedirectResponse("/", status_code=303)  # drop the token from the address bar
+                response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+                return response
+            return await call_next(request)
+        client = request.client.host if request.client else None
+        if not is_loopback(client) or host_name(request.headers.get("host", "")) not in LOCAL_HOSTS:
+            return JSONResponse({"error": "this dashboard serves localhost only; start it with a token to expose it"},
+                                status_code=403)
+        return await call_next(request)
+
+    def run_paths(exp: str) -> RunPaths:
+        try:
+            return folder.paths(exp)
+        except trials_mod.PathRefused as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    @app.exception_handler(trials_mod.PathRefused)
+    async def refused(request: Request, exc: trials_mod.PathRefused) -> Any:
+        return JSONResponse({"error": str(exc)}, status_code=404)
+
+    @app.get("/")
+    def index() -> Any:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/runs")
+    def runs() -> Any:
+        return {"root": str(folder.root), "runs": folder.runs()}
+
+    @app.get("/api/runs/{exp}/metrics")
+    def metrics(exp: str, offset: int = 0) -> Any:
+        return metrics_after(run_paths(exp), max(offset, 0))
+
+    @app.get("/api/runs/{exp}/vllm")
+    def vllm(exp: str, offset: int = 0) -> Any:
+        return vllm_after(run_paths(exp), max(offset, 0))
+
+    @app.get("/api/runs/{exp}/status")
+    def status(exp: str) -> Any:
+        from rlkit.monitor.run import locate
+        from rlkit.monitor.status import collect
+
+        paths = run_paths(exp)
+        try:
+            ref = locate(exp, folder.root)
+        except UserError:  # no lock or config: the files alone
+            ref = RunRef(paths)
+        return collect(ref).as_dict()
+
+    @app.get("/api/runs/{exp}/steps")
+    def steps(exp: str) -> Any:
+        return {"steps": steps_overview(run_paths(exp))}
+
+    @app.get("/api/runs/{exp}/steps/{step}/trials")
+    def trials(exp: str, step: int) -> Any:
+        return {"step": step, "trials": trials_mod.list_trials(run_paths(exp).trials, step)}
+
+    @app.get("/api/runs/{exp}/steps/{step}/trials/{session}")
+    def trial(exp: str, step: int, session: str) -> Any:
+        return trials_mod.trial_detail(run_paths(exp).trials, step, session)
+
+    @app.get("/api/runs/{exp}/steps/{step}/trials/{session}/trajectory.json")
+    def trajectory(exp: str, step: int, session: str) -> Any:
+        path = trials_mod.trajectory_file(run_paths(exp).trials, step, session)
+        return FileResponse(path, media_type="application/json", filename=f"{exp}_step{step}_{session}.json")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8090, token: str | None = None) -> None:
+    import uvicorn
+
+    uvicorn.run(create_app(root, token=token), host=host, port=port, log_level="warning")

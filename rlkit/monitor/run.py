@@ -1,0 +1,174 @@
+"""Which run, and is it alive: a run config or an experiment name → its files, its lock, its processes.
+
+Liveness reads files and the process table only: the run lock (logs/<exp>.lock, JSON written by
+the trainer: pid, host, heartbeat, step, phase, config), then the lock's process and its
+descendants classified as vLLM, proxy and Ray by command line. A verl run has no lock; its
+processes are found by the experiment name on their command lines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlkit.config.paths import RunPaths
+from rlkit.errors import UserError
+
+STALE_S = 120.0  # a heartbeat older than this on another host: the run is gone
+ROLES = (("vllm", ("vllm.entrypoints", "vllm serve", "VLLM::")),
+         ("proxy", ("rlkit proxy", "rlkit.cli.proxy", "rlkit.proxy", "litellm")),
+         ("ray", ("raylet", "gcs_server", "ray::", "default_worker.py", "ray/dashboard")))
+
+
+@dataclass
+class RunRef:
+    paths: RunPaths
+    config_path: Path | None = None
+    total_steps: int | None = None
+    tool_call_parser: str | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+def _from_config(path: Path) -> RunRef:
+    from rlkit.config.resolve import resolve
+
+    resolved = resolve(path)
+    cfg = resolved.config
+    root = resolved.path("OUTPUT_DIR") or resolved.root
+    paths = RunPaths(root, cfg.PROJECT_NAME or "default", cfg.EXP_NAME or "default")
+    total = cfg.TOTAL_STEPS if cfg.TOTAL_STEPS > 0 else None
+    return RunRef(paths, path, total, str(getattr(cfg.TOOL_CALL_PARSER, "value", cfg.TOOL_CALL_PARSER)),
+                  {k: str(getattr(cfg, k)) for k in ("MAX_RESP", "TRAIN_BSZ", "N_RESP", "SCAFFOLD", "MODEL_PATH")})
+
+
+def locate(target: str | None, root: Path | None = None) -> RunRef:
+    """A run config path, or an experiment name looked up under logs/ of `root` (default: the current folder).
+    With nothing given: the most recently written run under logs/."""
+    root = (root or Path.cwd()).resolve()
+    if target and (target.endswith(".env") or Path(target).is_file()):
+        return _from_config(Path(target))
+    logs = root / "logs"
+    if not target:
+        candidates = sorted((p for p in logs.glob("*.log") if not p.stem.endswith(("_vllm", "_proxy", "_reaper",
+                                                                                   "_server"))),
+                            key=lambda p: p.stat().st_mtime, reverse=True) if logs.is_dir() else []
+        if not candidates:
+            raise UserError(f"no run found under {logs}", fix="pass a run config: rlkit status CFG.env")
+        target = candidates[0].stem
+    exp = target
+    lock = read_lock(logs / f"{exp}.lock")
+    project = (lock or {}).get("project")
+    if not project:
+        found = sorted((root / "harbor_trials").glob(f"*/{exp}"))
+        project = found[0].parent.name if found else "default"
+    if not (logs / f"{exp}.log").exists() and not (logs / f"{exp}.jsonl").exists() and lock is None:
+        raise UserError(f"no run {exp!r} under {root} (no logs/{exp}.log)",
+                        fix="pass the run config (rlkit status CFG.env) or run from the folder holding logs/")
+    ref = RunRef(RunPaths(root, project, exp))
+    config = (lock or {}).get("config")
+    if config and Path(config).is_file():
+        try:
+            return _from_config(Path(config))
+        except UserError:
+            pass
+    return ref
+
+
+def read_lock(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _role(cmdline: str) -> str | None:
+    for role, marks in ROLES:
+        if any(mark in cmdline for mark in marks):
+            return role
+    return None
+
+
+@dataclass
+class Liveness:
+    state: str                      # running | stale-lock | finished | stopped | unknown
+    pid: int | None = None
+    heartbeat_age_s: float | None = None
+    phase: str | None = None
+    lock_step: int | None = None
+    processes: dict[str, list[int]] = field(default_factory=dict)  # role -> pids
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "running"
+
+
+def _heartbeat_age(lock: dict[str, Any]) -> float | None:
+    try:
+        beat = dt.datetime.fromisoformat(str(lock.get("heartbeat")))
+    except ValueError:
+        return None
+    return (dt.datetime.now(dt.UTC) - beat).total_seconds()
+
+
+def _scan(pid: int | None, exp: str, extra: list[int]) -> dict[str, list[int]]:
+    import psutil
+
+    found: dict[str, list[int]] = {}
+    procs: list[psutil.Process] = []
+    if pid:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+    for child in extra:
+        try:
+            procs.append(psutil.Process(child))
+        except psutil.Error:
+            continue
+    if not procs:  # no lock (a verl run): processes naming the experiment
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(p.info.get("cmdline") or [])
+            if exp and (f"experiment_name={exp}" in cmd or f"/{exp}.log" in cmd):
+                procs.append(p)
+    seen: set[int] = set()
+    for p in procs:
+        if p.pid in seen:
+            continue
+        seen.add(p.pid)
+        try:
+            cmd = " ".join(p.cmdline()) or p.name()
+        except psutil.Error:
+            continue
+        role = _role(cmd) or ("trainer" if p.pid == pid else None)
+        if role:
+            found.setdefault(role, []).append(p.pid)
+    return found
+
+
+def liveness(ref: RunRef, last_step: int | None, interrupted: bool = False) -> Liveness:
+    """`interrupted`: a step folder past the last logged step exists (the run died inside that step)."""
+    lock = read_lock(ref.paths.lock)
+    if lock is not None:
+        pid = int(lock.get("pid") or 0) or None
+        age = _heartbeat_age(lock)
+        local = lock.get("host") == socket.gethostname()
+        import psutil
+
+        alive = psutil.pid_exists(pid) if (local and pid) else (age is not None and age < STALE_S)
+        extra = [int(c[0]) for c in lock.get("children") or [] if isinstance(c, list) and c]
+        procs = _scan(pid if local and alive else None, ref.paths.exp, extra if local else [])
+        return Liveness("running" if alive else "stale-lock", pid, age, lock.get("phase"), lock.get("step"), procs)
+    procs = _scan(None, ref.paths.exp, [])
+    if procs:
+        return Liveness("running", processes=procs)
+    if interrupted:
+        return Liveness("stopped")
+    if last_step is not None and ref.total_steps is not None:
+        return Liveness("finished" if last_step >= ref.total_steps else "stopped")
+    return Liveness("unknown")

@@ -1,0 +1,113 @@
+"""One run's status from its files: alive or not, step k/N, step time and ETA, the first-step numbers.
+
+Reads the ends of the metric files only (a 1 GB console log costs its first and last lines),
+step_<N>/summary.json of the first and last step, the last vLLM throughput line and the lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlkit.monitor import firststep, metrics, trials, vllm_log
+from rlkit.monitor.run import Liveness, RunRef, liveness
+
+
+@dataclass
+class RunStatus:
+    ref: RunRef
+    live: Liveness
+    last_step: int | None
+    first_step: int | None
+    step_time_s: float | None
+    eta_s: float | None
+    numbers: list[firststep.Number]
+    latest: dict[str, float] = field(default_factory=dict)
+    throughput: vllm_log.Throughput | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        p = self.ref.paths
+        return {"project": p.project, "exp": p.exp, "root": str(p.root), "state": self.live.state,
+                "alive": self.live.alive, "pid": self.live.pid, "phase": self.live.phase,
+                "heartbeat_age_s": self.live.heartbeat_age_s, "processes": self.live.processes,
+                "step": self.last_step, "total_steps": self.ref.total_steps, "first_step": self.first_step,
+                "step_time_s": self.step_time_s, "eta_s": self.eta_s,
+                "first_step_numbers": [n.as_dict() for n in self.numbers],
+                "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
+                "vllm": self.throughput.as_dict() if self.throughput else None}
+
+
+LATEST = {"critic/rewards/mean": "reward", "rollout/pass_rate": "pass", "actor/kl_loss": "kl",
+          "actor/entropy": "entropy", "response_length/mean": "resp_len", "timing_s/step": "step_s"}
+LATEST_KEYS = tuple(LATEST)
+
+
+def collect(ref: RunRef) -> RunStatus:
+    paths = ref.paths
+    tail = metrics.last_records(paths, n=5)
+    first = metrics.first_record(paths)
+    steps_on_disk = trials.step_numbers(paths.trials)
+    last_step = tail[-1][0] if tail else None
+    first_step = first[0] if first else (steps_on_disk[0] if steps_on_disk else None)
+    times = [t for t in (metrics.elapsed(d) for _, d in tail) if t is not None]
+    step_time = sum(times) / len(times) if times else None
+    interrupted = bool(steps_on_disk) and steps_on_disk[-1] > (last_step or 0)
+    live = liveness(ref, last_step, interrupted)
+    eta = None
+    if step_time is not None and ref.total_steps and last_step is not None and live.alive:
+        eta = max(ref.total_steps - last_step, 0) * step_time
+    summary = trials.read_summary(paths.trials, first_step) if first_step is not None else None
+    first_metrics = first[1] if first else {}
+    numbers = firststep.first_step_numbers(summary, first_metrics, ref.tool_call_parser)
+    return RunStatus(ref, live, last_step, first_step, step_time, eta, numbers,
+                     latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log))
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def render(status: RunStatus) -> str:
+    p, live = status.ref.paths, status.live
+    lines = [f"run      {p.project}/{p.exp}   ({p.root})"]
+    state = {"running": "running", "stale-lock": "crashed (lock left by a dead process)", "finished": "finished",
+             "stopped": "not running: stopped before its last step (crashed or interrupted)",
+             "unknown": "not running (no lock, no process)"}[live.state]
+    detail = []
+    if live.pid:
+        detail.append(f"pid {live.pid}")
+    if live.heartbeat_age_s is not None and live.alive:
+        detail.append(f"heartbeat {_duration(live.heartbeat_age_s)} ago")
+    if live.phase and live.alive:
+        detail.append(f"phase {live.phase}")
+    procs = " · ".join(f"{role} {len(pids)}" for role, pids in sorted(live.processes.items()) if role != "trainer")
+    lines.append(f"state    {state}" + (f" ({', '.join(detail)})" if detail else "") + (f"   [{procs}]" if procs else ""))
+    total = status.ref.total_steps
+    step = "—" if status.last_step is None else str(status.last_step)
+    row = f"step     {step}/{total if total else '?'}"
+    if status.step_time_s is not None:
+        row += f"   step time {status.step_time_s:.1f}s"
+    if status.eta_s is not None:
+        row += f"   ETA {_duration(status.eta_s)}"
+    elif live.state == "finished":
+        row += "   done"
+    lines.append(row)
+    t = status.throughput
+    if t is not None:
+        lines.append(f"vLLM     gen {t.gen_tps:.1f} tok/s, prompt {t.prompt_tps:.1f} tok/s, running {t.running}, "
+                     f"waiting {t.waiting}, KV {t.kv_usage:.1f}%  (at {t.time})")
+    latest = status.latest
+    if latest and status.last_step != status.first_step:
+        bits = [f"{LATEST[k]} {latest[k]:.4g}" for k in LATEST_KEYS if k in latest]
+        lines.append(f"latest   step {status.last_step}: " + "  ".join(bits))
+    lines.append("")
+    which = f"step {status.first_step}" if status.first_step is not None else "no step finished yet"
+    lines.append(f"first step ({which})")
+    width = max(len(n.name) for n in status.numbers)
+    for i, n in enumerate(status.numbers, 1):
+        lines.append(f"  {i}. {n.name.ljust(width)}  {n.value}")
+        lines.append(f"     {' ' * width}  {n.mark} {n.verdict}")
+    return "\n".join(lines)

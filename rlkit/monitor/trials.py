@@ -1,0 +1,134 @@
+"""Steps and trials under harbor_trials/<project>/<exp>/: step_<N>/summary.json and harbor's trial folders.
+
+    step_<N>/summary.json                 the step's counts (rlkit.rollout.records.StepSummary, read as JSON)
+    step_<N>/<session>/agent/trajectory.json   ATIF: steps with messages, tool calls, observations
+    step_<N>/<session>/verifier/test-stdout.txt, reward.txt
+    step_<N>/<session>/exception.txt      harbor's traceback when the trial raised
+
+Per-trial outcome and reward come from the summary's `sessions`; a summary without them (an
+older run) falls back to reward.txt. Every path a request names goes through `safe_child`:
+one plain name per level, resolved inside the run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rlkit.errors import UserError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$")
+STEP_RE = re.compile(r"^step_(\d+)$")
+BULKY_METRICS = ("prompt_token_ids", "completion_token_ids", "logprobs", "response_ids", "response_logprobs")
+TEXT_LIMIT = 200_000
+
+
+class PathRefused(UserError):
+    """A requested name that is not one plain path component inside the run's folders."""
+
+
+def safe_child(root: Path, *names: str) -> Path:
+    """root/names... only when every name is one plain component and the result stays under root."""
+    for name in names:
+        if not NAME_RE.match(name) or name in {".", ".."}:
+            raise PathRefused(f"refused path component {name!r}", fix="name a step or trial folder")
+    base = root.resolve()
+    path = base.joinpath(*names).resolve()
+    if path != base and base not in path.parents:
+        raise PathRefused(f"refused path {'/'.join(names)!r}: outside the run's folders", fix="name a trial folder")
+    return path
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def read_text(path: Path, limit: int = TEXT_LIMIT) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return None
+    text = data[:limit].decode("utf-8", "replace")
+    return text + "\n… (cut)" if len(data) > limit else text
+
+
+def step_numbers(trials_root: Path) -> list[int]:
+    try:
+        names = [p.name for p in trials_root.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for m in map(STEP_RE.match, names) if m)
+
+
+def read_summary(trials_root: Path, step: int) -> dict[str, Any] | None:
+    data = read_json(trials_root / f"step_{step}" / "summary.json")
+    return data if isinstance(data, dict) else None
+
+
+def _reward_file(trial_dir: Path) -> float | None:
+    text = read_text(trial_dir / "verifier" / "reward.txt", 100)
+    try:
+        return float(text.strip()) if text else None
+    except ValueError:
+        return None
+
+
+def list_trials(trials_root: Path, step: int, summary: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per trial folder of a step: session, task, outcome, reward, masked, turns."""
+    step_dir = trials_root / f"step_{step}"
+    summary = summary if summary is not None else read_summary(trials_root, step)
+    known = {s["session"]: s for s in (summary or {}).get("sessions") or [] if isinstance(s, dict) and "session" in s}
+    rows = []
+    try:
+        folders = sorted(p for p in step_dir.iterdir() if p.is_dir() and NAME_RE.match(p.name))
+    except OSError:
+        folders = []
+    for folder in folders:
+        row = known.get(folder.name)
+        if row is None:
+            reward = _reward_file(folder)
+            outcome = "unknown" if reward is None else ("passed" if reward > 0 else "failed_tests")
+            row = {"session": folder.name, "task_id": folder.name.rsplit("__", 1)[0], "outcome": outcome,
+                   "reward": reward, "masked": None, "num_turns": None, "parse_failures": None}
+        rows.append(dict(row))
+    return rows
+
+
+def _slim_step(step: dict[str, Any]) -> dict[str, Any]:
+    out = dict(step)
+    metrics = out.get("metrics")
+    if isinstance(metrics, dict):
+        out["metrics"] = {k: v for k, v in metrics.items() if k not in BULKY_METRICS}
+    return out
+
+
+def trial_detail(trials_root: Path, step: int, session: str) -> dict[str, Any]:
+    """What the browser shows of one trial: ATIF steps (token ids left out), test output, reward, exception."""
+    folder = safe_child(trials_root, f"step_{step}", session)
+    if not folder.is_dir():
+        raise PathRefused(f"no trial {session!r} in step {step}", fix="pick a trial from the step's list")
+    trajectory = read_json(folder / "agent" / "trajectory.json")
+    steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+    return {
+        "step": step, "session": session,
+        "row": next((r for r in list_trials(trials_root, step) if r["session"] == session), None),
+        "atif": {k: v for k, v in (trajectory or {}).items() if k != "steps"} if isinstance(trajectory, dict) else None,
+        "steps": [_slim_step(s) for s in steps if isinstance(s, dict)] if isinstance(steps, list) else [],
+        "test_stdout": read_text(folder / "verifier" / "test-stdout.txt"),
+        "reward": _reward_file(folder),
+        "exception": read_text(folder / "exception.txt", 20_000),
+        "files": sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())[:200],
+    }
+
+
+def trajectory_file(trials_root: Path, step: int, session: str) -> Path:
+    path = safe_child(trials_root, f"step_{step}", session, "agent", "trajectory.json")
+    if not path.is_file():
+        raise PathRefused(f"trial {session!r} of step {step} has no agent/trajectory.json", fix="pick another trial")
+    return path
