@@ -50,6 +50,7 @@ class SftSettings(BaseModel):
     task_fraction: float = Field(default=1.0, gt=0, le=1.0,
                                  description="share of tasks trained `epochs` times; the others once")
     weight_decay: float = 0.0
+    teacher_samples: int = Field(default=3, ge=1, description="teacher trajectories recorded per task")
     seed: int = 0
     scaffold: str = "terminus"
     max_turns: int = 4
@@ -151,6 +152,7 @@ def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings
 
     Stops early once the replay chance exp(-summed loss), averaged over the tasks, reaches
     `settings.target_replay`: past that the model memorises and RL has nothing left to climb."""
+    import collections
     import math
 
     import torch
@@ -184,7 +186,8 @@ def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings
             total += float(loss.detach())
             nats[batch.uid[row]] += float(row_nats.detach().sum())
         losses.append(total / len(rows))
-        replay = sum(math.exp(-nats[t]) for t in full) / len(full)
+        per_task = collections.Counter(batch.uid[i] for i in rows)
+        replay = sum(math.exp(-nats[t] / per_task[t]) for t in full) / len(full)
         log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f}, "
             f"replay chance {replay:.2f} ({len(rows)} sequences)")
         if replay >= settings.target_replay:
@@ -230,14 +233,14 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
     log(f"warm start: recording {len(task_dirs)} teacher trajectories ({settings.scaffold})")
     started = time.monotonic()
     records = record_teacher(task_dirs, base, work / "trials", scaffold=settings.scaffold,
-                             max_turns=settings.max_turns, log=log)
+                             samples=settings.teacher_samples, max_turns=settings.max_turns, log=log)
     record_s = time.monotonic() - started
     write_records(records, work / "teacher_records.jsonl")
     log(f"warm start: fine-tuning {base.name} ({settings.epochs} epochs, lr {settings.lr:g})")
     started = time.monotonic()
     losses = finetune(records, base, work, settings, log=log)
     finetune_s = time.monotonic() - started
-    rewards = {r.task_id: r.reward for r in records}
+    rewards = {t: min(r.reward for r in records if r.task_id == t) for t in sorted({r.task_id for r in records})}
     meta = {"key": key, "base_model": str(base), "tasks": [d.name for d in task_dirs],
             "settings": settings.model_dump(), "losses": losses, "teacher_rewards": rewards,
             "record_s": round(record_s, 1), "finetune_s": round(finetune_s, 1)}
