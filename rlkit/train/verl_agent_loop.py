@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -41,6 +42,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from rlkit.errors import UpstreamError
 from rlkit.proxy.core import ProxyConfig, ProxyCore
+from rlkit.proxy.health import probe_proxy
 from rlkit.proxy.server import ProxyEventLoop, ProxyServer
 from rlkit.proxy.upstream import UpstreamClient
 from rlkit.rollout.records import TrialRecord
@@ -135,6 +137,8 @@ class WorkerHost:
         core = SessionTaggedCore(config, client=self.upstream)
         self.server = ProxyServer(config, core=core)
         asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(600)
+        # The launch probe: this process's proxy, serving this model (never a stale one on the port).
+        probe_proxy(self.server.url, self.model_name, pid=os.getpid(), wait_s=30.0)
         log.info("rlkit proxy for verl's agent loop on %s", self.server.url)
 
     @classmethod
@@ -143,6 +147,11 @@ class WorkerHost:
             if cls._current is None:
                 cls._current = cls(settings, model_path, server_manager, asyncio.get_running_loop())
             return cls._current
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
 
     def engine(self, sampling: dict[str, Any]) -> Any:
         """The engine whose sessions sample with verl's params (training and validation differ)."""

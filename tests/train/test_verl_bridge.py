@@ -121,3 +121,22 @@ def test_the_agent_loop_yaml_names_rlkits_loop_with_engine_settings(ws_config) -
     assert entry.name == "rlkit_agent" and entry._target_ == "rlkit.train.verl_agent_loop.RlkitAgentLoop"
     engine = EngineConfig(**OmegaConf.to_container(entry.rlkit)["engine"], model_name="m", proxy_url="http://x")
     assert engine.scaffold == "terminus" and engine.max_response_tokens == 2048
+
+
+def test_the_worker_host_serves_a_probed_proxy_on_loopback(tiny_model_dir: Path) -> None:
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    from rlkit.proxy.health import read_health
+
+    async def start():
+        return verl_loop.WorkerHost({"proxy": {"host": "127.0.0.1", "max_model_len": 4096}, "engine": {}},
+                                    str(tiny_model_dir), object(), asyncio.get_running_loop())
+
+    host = asyncio.run(start())
+    try:
+        assert host.server.url.startswith("http://127.0.0.1:")
+        status, health = read_health(host.server.url)
+        assert status == 200 and health["model"] == tiny_model_dir.name
+        engine = host.engine({"temperature": 1.0})
+        assert engine.config.proxy_url == host.server.url and engine.config.model_name == tiny_model_dir.name
+    finally:
+        host.stop()
