@@ -114,13 +114,16 @@ class HttpPool:
                     sse = b"text/event-stream" in value.lower()
             if events is not None and sse and chunked:
                 return status, await self._read_events(reader, *events)
-            async with asyncio.timeout(first_s):
-                if chunked:
-                    data = await self._read_chunked(reader)
-                elif length >= 0:
-                    data = await reader.readexactly(length)
-                else:
-                    data, keep = await reader.read(), False
+            try:
+                async with asyncio.timeout(first_s):
+                    if chunked:
+                        data = await self._read_chunked(reader)
+                    elif length >= 0:
+                        data = await reader.readexactly(length)
+                    else:
+                        data, keep = await reader.read(), False
+            except TimeoutError as exc:
+                raise StreamStalled(f"no whole answer within {first_s:g}s (first-token timeout)", 0) from exc
             return status, data
         except BaseException:
             keep = False
@@ -133,33 +136,59 @@ class HttpPool:
 
     @staticmethod
     async def _read_events(reader: asyncio.StreamReader, first_s: float | None, gap_s: float | None) -> list[bytes]:
-        """Each SSE event's data until `data: [DONE]` (a chunked body, as vLLM sends it)."""
+        """Each SSE event's data until `data: [DONE]` (a chunked body, as vLLM sends it).
+
+        Reads whatever has arrived (many tokens at once when the proxy is behind) and frames it
+        here: one read and one timer per arrival, not per chunk, since every generated token
+        crosses this loop."""
         events: list[bytes] = []
-        pending = b""
-        while True:
+        try:
+            return await HttpPool._events_until_done(reader, events, first_s, gap_s)
+        except TimeoutError as exc:  # raised where the timeout's context ends, not at the read
             timeout = first_s if not events else gap_s
-            try:
-                async with asyncio.timeout(timeout):
-                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                    chunk = (await reader.readexactly(size + 2))[:-2]
-            except TimeoutError as exc:
-                what = (f"no token within {timeout:g}s (first-token timeout)" if not events
-                        else f"no token for {timeout:g}s after {len(events)} chunks (token timeout)")
-                raise StreamStalled(what, len(events)) from exc
-            if size == 0:
-                raise ConnectionResetError("the event stream ended without [DONE]")
-            pending += chunk
-            while (cut := pending.find(b"\n\n")) >= 0:
-                event, pending = pending[:cut], pending[cut + 2:]
-                for line in event.split(b"\n"):
-                    if line.startswith(b"data:"):
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            async with asyncio.timeout(gap_s):
-                                while await reader.readuntil(b"\r\n") != b"\r\n":  # last chunk, trailers
-                                    pass
-                            return events
-                        events.append(data)
+            what = (f"no token within {timeout:g}s (first-token timeout)" if not events
+                    else f"no token for {timeout:g}s after {len(events)} chunks (token timeout)")
+            raise StreamStalled(what, len(events)) from exc
+
+    @staticmethod
+    async def _events_until_done(reader: asyncio.StreamReader, events: list[bytes], first_s: float | None,
+                                 gap_s: float | None) -> list[bytes]:
+        buf = b""  # received, not yet framed
+        pending = b""  # chunk payloads, not yet split into events
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(None) as deadline:
+            while True:
+                timeout = first_s if not events else gap_s
+                deadline.reschedule(None if timeout is None else loop.time() + timeout)
+                data = await reader.read(1 << 16)
+                if not data:
+                    raise ConnectionResetError("the event stream ended without [DONE]")
+                buf += data
+                pos, ended = 0, False
+                while (eol := buf.find(b"\r\n", pos)) >= 0:
+                    size = int(buf[pos:eol].split(b";")[0], 16)
+                    ended = size == 0
+                    if ended or eol + 2 + size + 2 > len(buf):
+                        break
+                    pending += buf[eol + 2:eol + 2 + size]
+                    pos = eol + 2 + size + 2
+                buf = buf[pos:]
+                *complete, pending = pending.split(b"\n\n")
+                for event in complete:
+                    for line in event.split(b"\n") if b"\n" in event else (event,):
+                        if line.startswith(b"data:"):
+                            payload = line[5:].strip()
+                            if payload == b"[DONE]":
+                                deadline.reschedule(None if gap_s is None else loop.time() + gap_s)
+                                while not buf.endswith(b"0\r\n\r\n"):  # the last chunk (no trailers)
+                                    more = await reader.read(1 << 16)
+                                    if not more:
+                                        raise ConnectionResetError("the event stream ended early")
+                                    buf += more
+                                return events
+                            events.append(payload)
+                if ended:
+                    raise ConnectionResetError("the event stream ended without [DONE]")
 
     @staticmethod
     async def _read_chunked(reader: asyncio.StreamReader) -> bytes:

@@ -209,8 +209,8 @@ def _join_stream(events: list[bytes]) -> dict[str, Any]:
     logprobs: list[float] = []
     texts: list[str] = []
     finish = "stop"
-    for raw in events:
-        for choice in orjson.loads(raw).get("choices") or ():
+    for chunk in orjson.loads(b"[" + b",".join(events) + b"]"):  # one parse for the whole answer
+        for choice in chunk.get("choices") or ():
             token_ids += choice.get("token_ids") or ()
             logprobs += [float(x or 0.0) for x in (choice.get("logprobs") or {}).get("token_logprobs") or ()]
             texts.append(choice.get("text") or "")

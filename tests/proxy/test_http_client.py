@@ -91,3 +91,35 @@ def test_nothing_listening_is_connect_failed_and_slow_is_a_timeout() -> None:
             with pytest.raises(TimeoutError):
                 await HttpPool(url).request("POST", "/v1/completions", b"{}", timeout_s=0.2)
     asyncio.run(slow())
+
+
+def test_event_stream_framing_whatever_the_arrival_pieces() -> None:
+    """SSE events in chunked transfer, cut anywhere by the network, give the same events."""
+    from rlkit.proxy._http import HttpPool, StreamStalled
+
+    events = [b'{"n": %d}' % i for i in range(7)]
+    chunks = [b"data: " + e + b"\n\n" for e in events[:3]] + [b"".join(b"data: " + e + b"\n\n" for e in events[3:])]
+    chunks.append(b"data: [DONE]\n\n")
+    wire = b"".join(b"%x\r\n%b\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+    async def read(pieces: list[bytes], gap_s: float = 5.0) -> list[bytes]:
+        reader = asyncio.StreamReader()
+
+        async def feed() -> None:
+            for piece in pieces:
+                reader.feed_data(piece)
+                await asyncio.sleep(0)
+
+        feeder = asyncio.create_task(feed())
+        try:
+            return await HttpPool._read_events(reader, 5.0, gap_s)
+        finally:
+            await feeder
+
+    for size in (1, 3, 17, len(wire)):
+        assert asyncio.run(read([wire[i:i + size] for i in range(0, len(wire), size)])) == events
+    done = b"%x\r\n%b\r\n0\r\n\r\n" % (len(chunks[-1]), chunks[-1])
+    stalled = wire[:-len(done)]  # every token came, then nothing
+    with pytest.raises(StreamStalled, match="token timeout") as err:
+        asyncio.run(read([stalled], gap_s=0.05))
+    assert err.value.events_seen == 7
