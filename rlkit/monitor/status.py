@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlkit.monitor import firststep, metrics, trials, vllm_log
+from rlkit.monitor import tail as tail_mod
 from rlkit.monitor.run import Liveness, RunRef, liveness
 
 
@@ -24,6 +25,8 @@ class RunStatus:
     numbers: list[firststep.Number]
     latest: dict[str, float] = field(default_factory=dict)
     throughput: vllm_log.Throughput | None = None
+    interrupted_step: int | None = None  # a step folder past the last logged step: the run died inside it
+    reaper: str | None = None  # the reaper's last line: what it cleaned up after the trainer died
 
     def as_dict(self) -> dict[str, Any]:
         p = self.ref.paths
@@ -33,6 +36,7 @@ class RunStatus:
                 "step": self.last_step, "total_steps": self.ref.total_steps, "first_step": self.first_step,
                 "step_time_s": self.step_time_s, "eta_s": self.eta_s,
                 "first_step_numbers": [n.as_dict() for n in self.numbers],
+                "interrupted_step": self.interrupted_step, "reaper": self.reaper,
                 "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
                 "vllm": self.throughput.as_dict() if self.throughput else None}
 
@@ -59,8 +63,11 @@ def collect(ref: RunRef) -> RunStatus:
     summary = trials.read_summary(paths.trials, first_step) if first_step is not None else None
     first_metrics = first[1] if first else {}
     numbers = firststep.first_step_numbers(summary, first_metrics, ref.tool_call_parser)
+    reaper = next(tail_mod.lines_from_end(paths.logs / f"{paths.exp}_reaper.log"), None)
     return RunStatus(ref, live, last_step, first_step, step_time, eta, numbers,
-                     latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log))
+                     latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log),
+                     interrupted_step=steps_on_disk[-1] if interrupted else None,
+                     reaper=reaper if reaper and "died" in reaper else None)
 
 
 def _duration(seconds: float) -> str:
@@ -84,7 +91,11 @@ def render(status: RunStatus) -> str:
     if live.phase and live.alive:
         detail.append(f"phase {live.phase}")
     procs = " · ".join(f"{role} {len(pids)}" for role, pids in sorted(live.processes.items()) if role != "trainer")
+    if live.state == "stopped" and status.interrupted_step is not None:
+        state = f"not running: stopped during step {status.interrupted_step} (crashed or interrupted)"
     lines.append(f"state    {state}" + (f" ({', '.join(detail)})" if detail else "") + (f"   [{procs}]" if procs else ""))
+    if status.reaper and not live.alive:
+        lines.append(f"reaper   {status.reaper}")
     total = status.ref.total_steps
     step = "—" if status.last_step is None else str(status.last_step)
     row = f"step     {step}/{total if total else '?'}"
