@@ -101,3 +101,41 @@ def test_a_failing_reload_restarts_vllm_on_the_new_weights(
     assert "rlkit-proxy" not in [t.name for t in threading.enumerate()]
     logged = (tmp_path / "logs" / "it_vllm_server.log").read_text()
     assert str(updated_policy.new_dir) in logged  # the second server's start-up is in the same log
+
+
+def _tied_policy(tiny_model_dir: Path, out: Path) -> tuple[Path, Path, Any]:
+    """A tied-embedding variant of the tiny policy, and the same after a pretend update."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.tie_word_embeddings = True
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    first, second = out / "tied", out / "tied-updated"
+    model.save_pretrained(first)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (tiny_model_dir / name).exists():
+            shutil.copy(tiny_model_dir / name, first / name)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    model.save_pretrained(second)
+    return first, second, model
+
+
+def test_tied_embeddings_reload_in_place_without_a_stale_output_layer(tiny_model_dir: Path, tmp_path: Path) -> None:
+    first, updated, model = _tied_policy(tiny_model_dir, tmp_path)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    probe = LogprobProbe(PROMPT, TARGET, hf_logprobs(model, PROMPT, TARGET))
+    with inference(tiny_config(first, tmp_path)) as inf:
+        # vLLM's own reload leaves the CPU output layer packed from the old embedding.
+        post_json(f"{inf.vllm_url}/collective_rpc", {"method": "reload_weights",
+                                                     "kwargs": {"weights_path": str(updated)}})
+        post_json(f"{inf.vllm_url}/reset_prefix_cache")
+        plain = logprob_diff(inf.probe_logprobs(PROMPT, TARGET), probe.trainer_logprobs)
+        report = inf.sync_weights(updated, probe=probe)
+        print(f"\ntied: plain reload_weights max diff {plain[0]:.3g}; rlkit's reload {report.model_dump_json()}")
+        assert report.method == "reload" and report.max_abs_diff is not None and report.max_abs_diff < 1e-3
