@@ -1,0 +1,1 @@
+"""Code loaded inside the vLLM server process (its own venv), never imported by rlkit."""
