@@ -44,7 +44,8 @@ MARKER = Path(tempfile.gettempdir()) / f"rlkit-fuzz-executed-{uuid.uuid4().hex}"
 OUTPUT_MAX = 200_000  # characters of a whole report: 80,000 bad lines must not print 13 MB
 TRIED = {"reader": 0, "preflight": 0, "dry_run": 0, "exit 0": 0, "exit 1": 0, "exit 2": 0}
 
-_seed = seed(random.getrandbits(64) if SEED == "random" else int(SEED))
+SEED_VALUE = random.getrandbits(32) if SEED == "random" else int(SEED)
+_seed = seed(SEED_VALUE)
 FUZZ = settings(max_examples=EXAMPLES, deadline=timedelta(seconds=30), database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                                   HealthCheck.data_too_large, HealthCheck.large_base_example])
 
@@ -264,4 +265,4 @@ def test_cli_subprocess_invariants(fuzz_base, extra_run: str, extra_site: str, m
 
 def test_zz_report_how_many_inputs_were_tried(capsys) -> None:
     with capsys.disabled():
-        print(f"\nfuzz inputs tried: {TRIED} (RLKIT_FUZZ_EXAMPLES={EXAMPLES}, seed {SEED})")
+        print(f"\nfuzz inputs tried: {TRIED} (RLKIT_FUZZ_EXAMPLES={EXAMPLES}, seed {SEED_VALUE})")
