@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -62,6 +63,7 @@ def main() -> int:
                                       max_model_len=args.max_model_len, temperature=1.0, label="eval",
                                       max_response_tokens=1024)
     elapsed = time.monotonic() - started
+    shutil.rmtree(scratch, ignore_errors=True)
     per_task: dict[str, list[float]] = defaultdict(list)
     for record in records:
         per_task[record.task_id].append(1.0 if record.reward >= 1.0 else 0.0)
