@@ -102,13 +102,30 @@ def vllm_after(paths: RunPaths, offset: int) -> dict[str, Any]:
     return {"offset": tail.offset, "rows": rows}
 
 
-def steps_overview(paths: RunPaths) -> list[dict[str, Any]]:
-    out = []
-    for step in trials_mod.step_numbers(paths.trials):
-        summary = trials_mod.read_summary(paths.trials, step) or {}
-        summary.pop("sessions", None)
-        out.append({"step": step, **summary})
-    return out
+class SummaryCache:
+    """step_<N>/summary.json without its sessions, re-read only when the file changed (a finished step never does)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+    def get(self, trials: Path, step: int) -> dict[str, Any]:
+        path = trials / f"step_{step}" / "summary.json"
+        try:
+            st = path.stat()
+        except OSError:
+            return {}
+        key = (st.st_mtime_ns, st.st_size)
+        hit = self._seen.get(path)
+        if hit is None or hit[0] != key:
+            summary = trials_mod.read_summary(trials, step) or {}
+            summary.pop("sessions", None)
+            hit = self._seen[path] = (key, summary)
+        return hit[1]
+
+
+def steps_overview(paths: RunPaths, cache: SummaryCache | None = None) -> list[dict[str, Any]]:
+    cache = cache or SummaryCache()
+    return [{"step": step, **cache.get(paths.trials, step)} for step in trials_mod.step_numbers(paths.trials)]
 
 
 def create_app(root: Path, *, token: str | None = None) -> Any:
@@ -117,6 +134,7 @@ def create_app(root: Path, *, token: str | None = None) -> Any:
     from fastapi.staticfiles import StaticFiles
 
     folder = RunFolder(root)
+    summaries = SummaryCache()
     app = FastAPI(title="rlkit dashboard", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.middleware("http")
@@ -177,7 +195,7 @@ def create_app(root: Path, *, token: str | None = None) -> Any:
 
     @app.get("/api/runs/{exp}/steps")
     def steps(exp: str) -> Any:
-        return {"steps": steps_overview(run_paths(exp))}
+        return {"steps": steps_overview(run_paths(exp), summaries)}
 
     @app.get("/api/runs/{exp}/steps/{step}/trials")
     def trials(exp: str, step: int) -> Any:

@@ -25,6 +25,7 @@ from rlkit.monitor.tail import LineTail, lines_from_end, lines_from_start
 STEP_RE = re.compile(r"(?:^|[\s)\]])step:(\d+) - ")
 # np.float64(0.1), np.int64(3), numpy.float32(1.0), tensor(0.5), tensor(0.5, device='cuda:0')
 WRAPPED_RE = re.compile(r"^[A-Za-z_][\w.]*\(\s*([^,()]+?)\s*(?:,.*)?\)$")
+STEP_BYTES_RE = re.compile(rb"step:\d+ - ")
 ELAPSED_KEYS = ("timing_s/step", "perf/time_per_step")
 
 
@@ -152,17 +153,61 @@ def metrics_file(paths: RunPaths) -> Path | None:
     return None
 
 
-def last_records(paths: RunPaths, n: int = 5, max_lines: int = 200_000) -> list[tuple[int, dict[str, float]]]:
-    """The last `n` step records, read from the end of the file (a 1 GB log costs its last lines only)."""
+def last_records(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20) -> list[tuple[int, dict[str, float]]]:
+    """The last `n` step records, read from the end of the file in blocks (a 1 GB log costs its last blocks only;
+    at most `max_bytes` are looked through)."""
     path = metrics_file(paths)
     if path is None:
         return []
-    out = []
-    for i, record in enumerate(_records(_bounded(lines_from_end(path), max_lines))):
-        out.append(record)
-        if len(out) >= n or i >= max_lines:
-            break
+    if path.suffix == ".jsonl":
+        found = [r for r in (parse_jsonl_line(x) for x in _bounded(lines_from_end(path), n * 4)) if r is not None]
+        return found[:n][::-1]
+    out: list[tuple[int, dict[str, float]]] = []
+    for line in step_lines_from_end(path, max_bytes):
+        record = parse_console_line(line)
+        if record is not None:
+            out.append(record)
+            if len(out) >= n:
+                break
     return out[::-1]
+
+
+def _step_lines(block: bytes) -> list[str]:
+    """Whole lines of `block` holding a step record, last first (a literal search, then the line around it)."""
+    out, last_start = [], -1
+    for m in STEP_BYTES_RE.finditer(block):
+        start = block.rfind(b"\n", 0, m.start()) + 1
+        if start == last_start:
+            continue
+        end = block.find(b"\n", m.end())
+        out.append(block[start:end if end >= 0 else len(block)].decode("utf-8", "replace"))
+        last_start = start
+    return out[::-1]
+
+
+def step_lines_from_end(path: Path, max_bytes: int, chunk: int = 1 << 20) -> Iterable[str]:
+    """Lines holding `step:N - `, last first: blocks are searched as bytes, so noise lines cost no decoding."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed in finally
+    except OSError:
+        return
+    try:
+        pos = f.seek(0, 2)
+        rest = b""
+        read = 0
+        while pos > 0 and read < max_bytes:
+            size = min(chunk, pos)
+            pos -= size
+            read += size
+            f.seek(pos)
+            block = f.read(size) + rest
+            cut = block.find(b"\n") if pos > 0 else -1
+            rest, block = (block[:cut], block[cut + 1:]) if cut >= 0 else (b"", block)
+            yield from _step_lines(block)
+        if rest and pos == 0:
+            yield from _step_lines(rest)
+    finally:
+        f.close()
 
 
 def first_record(paths: RunPaths) -> tuple[int, dict[str, float]] | None:

@@ -19,6 +19,7 @@ from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
 
 STALE_S = 120.0  # a heartbeat older than this on another host: the run is gone
+QUIET_S = 3600.0  # a lock-less run (verl's) whose files were not written for this long is not running
 ROLES = (("vllm", ("vllm.entrypoints", "vllm serve", "VLLM::")),
          ("proxy", ("rlkit proxy", "rlkit.cli.proxy", "rlkit.proxy", "litellm")),
          ("ray", ("raylet", "gcs_server", "ray::", "default_worker.py", "ray/dashboard")))
@@ -107,12 +108,42 @@ class Liveness:
         return self.state == "running"
 
 
+def _age(path: Path) -> float:
+    import time
+
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
 def _heartbeat_age(lock: dict[str, Any]) -> float | None:
     try:
         beat = dt.datetime.fromisoformat(str(lock.get("heartbeat")))
     except ValueError:
         return None
     return (dt.datetime.now(dt.UTC) - beat).total_seconds()
+
+
+def _pids_naming(exp: str) -> list[int]:
+    """Processes whose command line names the experiment (verl's trainer.experiment_name=, or its log)."""
+    import psutil
+
+    marks = (f"experiment_name={exp}".encode(), f"/{exp}.log".encode())
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: psutil's slower walk
+        return [p.pid for p in psutil.process_iter(["cmdline"])
+                if any(m.decode() in " ".join(p.info.get("cmdline") or []) for m in marks)]
+    found = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if any(m in cmd for m in marks):
+                found.append(int(entry.name))
+    return found
 
 
 def _scan(pid: int | None, exp: str, extra: list[int]) -> dict[str, list[int]]:
@@ -131,11 +162,12 @@ def _scan(pid: int | None, exp: str, extra: list[int]) -> dict[str, list[int]]:
             procs.append(psutil.Process(child))
         except psutil.Error:
             continue
-    if not procs:  # no lock (a verl run): processes naming the experiment
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = " ".join(p.info.get("cmdline") or [])
-            if exp and (f"experiment_name={exp}" in cmd or f"/{exp}.log" in cmd):
-                procs.append(p)
+    if not procs and exp:  # no lock (a verl run): processes naming the experiment
+        for child in _pids_naming(exp):
+            try:
+                procs.append(psutil.Process(child))
+            except psutil.Error:
+                continue
     seen: set[int] = set()
     for p in procs:
         if p.pid in seen:
@@ -164,7 +196,9 @@ def liveness(ref: RunRef, last_step: int | None, interrupted: bool = False) -> L
         extra = [int(c[0]) for c in lock.get("children") or [] if isinstance(c, list) and c]
         procs = _scan(pid if local and alive else None, ref.paths.exp, extra if local else [])
         return Liveness("running" if alive else "stale-lock", pid, age, lock.get("phase"), lock.get("step"), procs)
-    procs = _scan(None, ref.paths.exp, [])
+    # Without a lock only a run that wrote lately can be alive: a quiet log skips the process walk.
+    recent = any(_age(path) < QUIET_S for path in (ref.paths.console_log, ref.paths.jsonl, ref.paths.vllm_log))
+    procs = _scan(None, ref.paths.exp, []) if recent else {}
     if procs:
         return Liveness("running", processes=procs)
     if interrupted:

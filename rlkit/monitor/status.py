@@ -48,7 +48,7 @@ LATEST_KEYS = tuple(LATEST)
 
 def collect(ref: RunRef) -> RunStatus:
     paths = ref.paths
-    tail = metrics.last_records(paths, n=5)
+    tail = metrics.last_records(paths, n=3)
     first = metrics.first_record(paths)
     steps_on_disk = trials.step_numbers(paths.trials)
     last_step = tail[-1][0] if tail else None
