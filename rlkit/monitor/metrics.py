@@ -201,11 +201,13 @@ def step_lines_from_end(path: Path, max_bytes: int, chunk: int = 1 << 20) -> Ite
             read += size
             f.seek(pos)
             block = f.read(size) + rest
-            cut = block.find(b"\n") if pos > 0 else -1
-            rest, block = (block[:cut], block[cut + 1:]) if cut >= 0 else (b"", block)
+            if pos > 0:  # the block's first line may start in the part not read yet: keep it for the next round
+                cut = block.find(b"\n")
+                if cut < 0:
+                    rest = block
+                    continue
+                rest, block = block[:cut], block[cut + 1:]
             yield from _step_lines(block)
-        if rest and pos == 0:
-            yield from _step_lines(rest)
     finally:
         f.close()
 
