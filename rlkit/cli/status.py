@@ -26,9 +26,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     from rlkit.monitor.run import locate
-    from rlkit.monitor.status import collect, render
 
     ref = locate(args.target, args.root)
+    try:
+        return _loop(args, ref)
+    except BrokenPipeError:  # `rlkit status | head`: the reader left
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _loop(args: argparse.Namespace, ref: object) -> int:
+    from rlkit.monitor.status import collect, render
+
     while True:
         status = collect(ref)
         if args.json:
