@@ -55,6 +55,7 @@ def stop_processes(children: list[list[float]]) -> list[int]:
             proc.kill()
         except psutil.Error:
             pass
+    psutil.wait_procs(still, timeout=TERM_GRACE_S)  # gone before the lock says the run is over
     return [p.pid for p in alive]
 
 

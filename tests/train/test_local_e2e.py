@@ -122,7 +122,8 @@ def test_run_killed_mid_step_resumes_and_masks_a_broken_sandbox(run_config) -> N
     children = [pid for pid, _ in lock["children"]]
     _wait_for(lambda: not paths.lock.exists(), 120, "the reaper to remove the lock")
     assert not _containers("proj", "e2e")
-    assert not [pid for pid in children if _alive(pid)], "Ray processes outlived the killed trainer"
+    # a SIGKILLed process may take a moment to be reaped by its parent
+    _wait_for(lambda: not [pid for pid in children if _alive(pid)], 30, "Ray's processes to go")
     assert "died at step 1 (rollout)" in (paths.logs / "e2e_reaper.log").read_text()
 
     # the same command resumes from the last checkpoint and finishes
