@@ -21,7 +21,7 @@ from rlkit.errors import UserError
 STALE_S = 120.0  # a heartbeat older than this on another host: the run is gone
 QUIET_S = 3600.0  # a lock-less run (verl's) whose files were not written for this long is not running
 ROLES = (("vllm", ("vllm.entrypoints", "vllm serve", "VLLM::")),
-         ("proxy", ("rlkit proxy", "rlkit.cli.proxy", "rlkit.proxy", "litellm")),
+         ("proxy", ("rlkit.cli.main proxy", "rlkit proxy", "rlkit.cli.proxy", "rlkit.proxy", "litellm")),
          ("ray", ("raylet", "gcs_server", "ray::", "default_worker.py", "ray/dashboard")))
 
 
