@@ -20,7 +20,7 @@ def _check_index(ctx: Context, name: str) -> Finding:
     where = ctx.resolved.where(name)
     path = ctx.resolved.path(name)
     if name in ctx.resolved.bad_keys:
-        return skip("data_files", f"{name} is not set (see changeme / types)")
+        return skip("data_files", f"{name} is not usable (see config_syntax / changeme / types)")
     if path is None:
         return fatal("data_files", f"{name} is empty", f"set {name}; {BUILD_FIX}", key=name, where=where)
     if is_dir(path):

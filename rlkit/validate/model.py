@@ -119,7 +119,7 @@ def model_info(ctx: Context) -> ModelInfo | ModelDirError:
     if "model" not in ctx.notes:
         path = ctx.resolved.path("MODEL_PATH")
         if "MODEL_PATH" in ctx.resolved.bad_keys:
-            ctx.notes["model"] = ModelDirError("MODEL_PATH is not set", "set MODEL_PATH (see changeme / types)")
+            ctx.notes["model"] = ModelDirError("MODEL_PATH is not set", "set MODEL_PATH (see config_syntax / changeme / types)")
         elif path is None:
             ctx.notes["model"] = ModelDirError("MODEL_PATH is empty", "set MODEL_PATH in the run config")
         else:
@@ -134,7 +134,7 @@ def model_dir(ctx: Context) -> list[Finding]:
     info = model_info(ctx)
     where = ctx.resolved.where("MODEL_PATH")
     if "MODEL_PATH" in ctx.resolved.bad_keys:
-        return [skip("model_dir", "MODEL_PATH is not set (see changeme / types)")]
+        return [skip("model_dir", "MODEL_PATH is not usable (see config_syntax / changeme / types)")]
     if isinstance(info, ModelDirError):
         return [fatal("model_dir", info.message, info.fix, key="MODEL_PATH", where=where)]
     out = []

@@ -16,6 +16,7 @@ from pathlib import Path
 from rlkit.config.files import FileReadError, read_bytes
 from rlkit.config.resolve import CHANGEME
 from rlkit.config.schema import KEYS, Algorithm, Layer, TrainingMode, VerlTrainerMode, home_layer, key_layers
+from rlkit.config.secrets import secret_values
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -108,6 +109,9 @@ def names(ctx: Context) -> list[Finding]:
         if not value:
             out.append(fatal("names", f"{name} is empty", f"set {name} (letters, digits, . _ -)", key=name,
                              where=where))
+        elif any(s in value for s in secret_values(ctx.resolved)):
+            out.append(fatal("names", f"{name} holds the value of a secret (it would name directories and logs)",
+                             f"set {name} without ${{...}} of a secret key", key=name, where=where))
         elif not SAFE_NAME.fullmatch(value) or value in {".", ".."}:
             out.append(fatal("names", f"{name}={value!r} is not a safe path name", "use letters, digits, '.', "
                              "'_' and '-' only, starting with a letter or digit", key=name, where=where))

@@ -302,12 +302,15 @@ def test_80000_unknown_keys_give_a_count_and_the_first_few(ws) -> None:
 def test_secret_masked_by_value_in_check_and_dry_run(ws) -> None:
     env = {**ws.environ(), "WANDB_API_KEY": SECRET}
     cfg = ws.config(EXP_NAME="run-${WANDB_API_KEY}", LOGGER="console,file,wandb")
+    plan_cfg = ws.config(LOGGER="console,file,wandb", HARBOR_AGENT="agent-${WANDB_API_KEY}", name="plan.env")
     for argv, extra in ((["check", str(cfg)], {}), (["train", str(cfg)], {"DRY_RUN": "1"}),
-                        (["train", str(ws.config(LOGGER="console,file,wandb", EXP_NAME="e-${WANDB_API_KEY}",
-                                                 name="ok.env"))], {"DRY_RUN": "1"})):
+                        (["train", str(plan_cfg)], {"DRY_RUN": "1"})):
         proc = cli(argv, {**env, **extra})
         assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr
-        assert SECRET not in proc.stdout + proc.stderr and "****" in proc.stdout + proc.stderr
+        assert SECRET not in proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "agent-**** (terminus)" in proc.stdout  # the plan printed, masked
+    names = ws.preflight(cfg, only=["names"], environ=env).by_check("names")
+    assert [(f.status, f.key) for f in names] == [(Status.FATAL, "EXP_NAME")]  # a secret never names a directory
 
 
 @pytest.mark.parametrize("line", [f"WANDB_API_KEY={SECRET} extra", f"WANDB_API_KEY {SECRET}",
