@@ -179,6 +179,8 @@ class RunConfig(BaseModel):
     TOTAL_STEPS: int = key(0, "Stop after this many training steps (0: TOTAL_EPOCHS passes over TRAIN_FILES).", R)
     TRAINER_SAVE_FREQ: int = key(10, "Save a checkpoint every N steps (-1: never).", R)
     TRAINER_TEST_FREQ: int = key(10, "Validate every N steps (-1: never).", R)
+    VAL_N: int = key(1, "Attempts per validation task (verl's rollout.val_kwargs.n); pass@1 and pass@VAL_N are "
+                        "logged.", R)
     RESUME_MODE: ResumeMode = key(ResumeMode.AUTO, "auto resumes from the latest checkpoint of EXP_NAME; disable "
                                                    "starts over.", R)
     ROLLOUT_GPU_MEM: float = key(0.85, "vLLM gpu_memory_utilization.", R, S)

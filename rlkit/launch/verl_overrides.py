@@ -105,6 +105,9 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         "trainer.default_local_dir": str(checkpoint_dir),
         "trainer.resume_mode": c.RESUME_MODE.value,
     })
+    if c.VAL_N > 1:  # attempts per val task, as the local trainer's validation does
+        o[f"{ar}.rollout.val_kwargs.n"] = c.VAL_N
+        o[f"{ar}.rollout.val_kwargs.do_sample"] = True
     if c.TOTAL_STEPS > 0:  # verl's own cap; it wins over total_epochs, as TOTAL_STEPS does locally
         o["trainer.total_training_steps"] = c.TOTAL_STEPS
     if c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:

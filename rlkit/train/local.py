@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SEED = 0
-VAL_K = 1  # attempts per val task (verl's val_kwargs.n default)
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
 RAY_START_ATTEMPTS = 3
@@ -150,7 +149,7 @@ class LocalTrainer:
         from rlkit.train.step_metrics import val_metrics
 
         results = self.paths.val_trials / f"step_{step}" / "results.jsonl"
-        ref = rollout.validate.remote(step, val_rows, VAL_K, str(results))
+        ref = rollout.validate.remote(step, val_rows, self.cfg.VAL_N, str(results))
         report = self._wait(ref, rollout, f"step {step}: validate")
         return val_metrics(report, {r.task_id: r.data_source for r in val_rows})
 
@@ -262,6 +261,11 @@ class LocalTrainer:
                     self.progress.note(f"resumed {cfg.EXP_NAME} at global_step_{start} "
                                        f"(weights live in vLLM in {saved['seconds']:.1f}s)")
                 self.progress.start_run(start, last)
+                if val_rows and start == 0:  # verl's val_before_train: the starting policy's numbers, at step 0
+                    lock.update(phase="validate")
+                    t = time.perf_counter()
+                    before = self._validate(rollout, 0, val_rows)
+                    metrics_log.log(0, {**before, "timing_s/testing": time.perf_counter() - t})
                 for step in range(start + 1, last + 1):
                     t_step = time.perf_counter()
                     batch_rows = sampler.batch(step - 1, cfg.TRAIN_BSZ)

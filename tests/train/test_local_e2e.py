@@ -134,14 +134,17 @@ def test_run_killed_mid_step_resumes_and_masks_a_broken_sandbox(run_config) -> N
     assert not paths.lock.exists() and not _containers("proj", "e2e")
 
     lines = paths.console_log.read_text().splitlines()
-    assert [line.split(" - ")[0] for line in lines] == ["step:1", "step:2"]
+    # step 0: validation before training (verl's val_before_train), then the two steps
+    assert [line.split(" - ")[0] for line in lines] == ["step:0", "step:1", "step:2"]
+    lines = lines[1:]
     for name in ("critic/rewards/mean", "critic/score/mean", "response_length/mean", "num_turns/mean",
                  "timing_s/gen", "timing_s/step", "timing_s/save_checkpoint"):
         assert all(f" - {name}:" in line for line in lines), name
     records = read_jsonl(paths.jsonl)
-    assert [r["step"] for r in records] == [1, 2]
+    assert [r["step"] for r in records] == [0, 1, 2]
     data = {r["step"]: r["data"] for r in records}
-    assert "val/pass@1" in data[2] and "timing_s/testing" in data[2]
+    assert "val/pass@1" in data[0] and "val/pass@1" in data[2] and "timing_s/testing" in data[2]
+    del data[0]
     # the broken row was masked in whichever step sampled it, and that step trained on the rest
     broken = [d for d in data.values() if d.get("rollout/outcome/sandbox_error")]
     assert broken and all(d["rollout/masked"] >= 2 for d in broken)
