@@ -1,34 +1,56 @@
-"""`rlkit cleanup [--project P] [--experiment E] [--all] [--dry-run]`.
+"""`rlkit cleanup [CFG] [--experiment E [--force]] [--other-users] [--dry-run]`.
 
-Removes every labelled sandbox (docker containers; k8s pods when a cluster is
-configured). `--all` also stops stale Ray and kills our processes still holding the
-proxy port. Prints "nothing to clean" when there is nothing left.
+Removes what dead runs left behind, and only that: your sandboxes whose owner process is gone
+(docker containers; k8s pods when a cluster is configured), rlkit's orphaned vLLM / proxy /
+litellm / dashboard / Ray processes, and stale /tmp leftovers (vLLM IPC sockets, dead Ray
+sessions, torch inductor caches, aborted base-image builds). A live run's sandboxes are kept
+unless you name it (--experiment) and pass --force; other users' are listed, never removed,
+unless --other-users. With CFG its OUTPUT_DIR (run locks), PROXY_PORT, DASHBOARD_PORT and
+RAY_PORT are used. Prints "nothing to clean" when there is nothing left.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rlkit.config.schema import DEFAULT_PROXY_PORT
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkit cleanup", description=__doc__.splitlines()[0])
+    parser.add_argument("config", nargs="?", help="run config (.env): its OUTPUT_DIR, ports, project")
     parser.add_argument("--project", help="only sandboxes of this project (label rlkit.project)")
-    parser.add_argument("--experiment", help="only sandboxes of this experiment (label rlkit.experiment)")
-    parser.add_argument("--all", action="store_true",
-                        help="every project, plus stale Ray and processes holding the proxy port")
+    parser.add_argument("--experiment", "--run", help="only sandboxes of this run (label rlkit.experiment)")
+    parser.add_argument("--force", action="store_true", help="with --experiment: also a LIVE run's sandboxes")
+    parser.add_argument("--other-users", action="store_true",
+                        help="also other users' orphaned sandboxes (live ones only with --experiment --force)")
+    parser.add_argument("--sandboxes-only", action="store_true", help="leave processes and /tmp alone")
+    parser.add_argument("--all", action="store_true", help=argparse.SUPPRESS)  # old spelling: same as default
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    parser.add_argument("--port", type=int, default=DEFAULT_PROXY_PORT,
-                        help=f"proxy port to free with --all (default {DEFAULT_PROXY_PORT})")
+    parser.add_argument("--port", type=int, action="append", default=[],
+                        help=f"port(s) to report holders of (default: the config's, else {DEFAULT_PROXY_PORT})")
+    parser.add_argument("--output-dir", type=Path, help="where run locks live (default: the config's OUTPUT_DIR, "
+                        "else the current directory)")
     parser.add_argument("--no-k8s", action="store_true", help="skip kubernetes even when a cluster is configured")
     parser.add_argument("--namespace", help="kubernetes namespace of the pods (default $RLKIT_K8S_NAMESPACE or rlkit)")
     args = parser.parse_args(argv)
+    if args.force and not args.experiment:
+        parser.error("--force needs --experiment RUN: a live run's sandboxes go only when you name the run")
 
-    from rlkit.ops.cleanup import cleanup
+    from rlkit.ops.cleanup import Policy, cleanup
 
-    project = None if args.all else args.project
-    experiment = None if args.all else args.experiment
-    report = cleanup(project, experiment, dry_run=args.dry_run, k8s=False if args.no_k8s else None,
-                     processes=args.all, port=args.port, namespace=args.namespace, log=print)
+    root, ports, project = args.output_dir or Path.cwd(), list(args.port), args.project
+    if args.config:
+        from rlkit.config.resolve import resolve
+
+        resolved = resolve(args.config)
+        c = resolved.config
+        root = args.output_dir or resolved.path("OUTPUT_DIR") or resolved.root
+        ports = ports or [c.PROXY_PORT, c.DASHBOARD_PORT, c.RAY_PORT]
+        project = project or c.PROJECT_NAME or None
+    policy = Policy(output_root=root.resolve(), force=args.force, other_users=args.other_users)
+    report = cleanup(project, args.experiment, dry_run=args.dry_run, k8s=False if args.no_k8s else None,
+                     processes=not args.sandboxes_only, tmp=not args.sandboxes_only,
+                     ports=ports or [DEFAULT_PROXY_PORT], policy=policy, namespace=args.namespace, log=print)
     return 1 if report.errors else 0

@@ -76,7 +76,9 @@ class ProxyProcess:
         command = serve_command(self.config)
         if self.die_with_parent and sys.platform == "linux":  # no orphan proxy after the starter dies
             command = [command[0], "-c", _DIE_WITH_PARENT, *command]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        from rlkit.config.owner import owner_env
+
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **owner_env())  # cleanup traces orphans to their owner
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self._pump = threading.Thread(target=self._pump_log, name="proxy-log", daemon=True)

@@ -150,7 +150,9 @@ class VllmServer:
         tmp = scratch / "tmp"
         if len(str(tmp)) > _MAX_TMPDIR_CHARS:  # vLLM's zmq sockets live here: a unix socket path is <= 107 bytes
             self._short_tmp = tmp = Path(tempfile.mkdtemp(prefix="rlkit-vllm-"))
-        env = dict(os.environ)
+        from rlkit.config.owner import owner_env
+
+        env = dict(os.environ, **owner_env())  # cleanup traces an orphaned server back to its dead owner
         env.update({"VLLM_CACHE_ROOT": str(scratch / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
                     "TMPDIR": str(tmp), "VLLM_TARGET_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"})
         for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # the vLLM venv must not see the main one

@@ -1,31 +1,29 @@
-"""Find and remove what a crashed or interrupted run left behind.
+"""Find and remove what a crashed or interrupted run left behind: orphans only, and only yours.
 
-Sandboxes are found by their labels (rlkit.managed=1, optionally one project /
-experiment) on docker and, when a cluster is configured, on kubernetes. With
-`processes=True` it also stops Ray (`ray stop --force`) and kills our processes still
-listening on the proxy port (orphaned litellm/vLLM/proxy workers keep holding PROXY_PORT).
+Sandboxes are found by their labels (rlkit.managed=1, optionally one project / experiment) on
+docker and, when a cluster is configured, on kubernetes; each is judged by its owner labels
+(rlkit.ops.ownership): only orphans of this user are removed. A live run's sandboxes go only
+when that run is named (`experiment`) and `force` is set; other users' only with `other_users`.
+With `processes=True` it stops rlkit's orphaned server processes (vLLM, proxy / litellm workers,
+dashboard, Ray daemons; rlkit.ops.procs) wherever they listen, names what still holds the ports,
+and with `tmp=True` clears stale /tmp leftovers (rlkit.ops.tmpfiles).
 Safe to re-run, and safe when nothing is up: a second run finds nothing.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlkit.config.schema import DEFAULT_PROXY_PORT
+from rlkit.ops.ownership import Verdict, verdict
 from rlkit.sandbox import labels as L
-
-# Command-line fragments of processes rlkit itself starts; only these are killed on the port.
-OUR_PROCESS_MARKERS = ("rlkit", "vllm", "litellm", "uvicorn", "ray::")
 
 
 @dataclass
 class Removed:
-    kind: str  # container | pod | process | ray
+    kind: str  # container | pod | process | tmp
     name: str
     detail: str = ""
 
@@ -33,13 +31,34 @@ class Removed:
 @dataclass
 class CleanupReport:
     removed: list[Removed] = field(default_factory=list)
+    kept: list[Removed] = field(default_factory=list)  # seen and left alone on purpose (live, another user's)
     errors: list[str] = field(default_factory=list)  # something could not be removed
-    warnings: list[str] = field(default_factory=list)  # left alone on purpose, or not reachable
+    warnings: list[str] = field(default_factory=list)  # not ours, or not reachable
     dry_run: bool = False
 
     @property
     def nothing_done(self) -> bool:
         return not self.removed and not self.errors
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which sandboxes may go besides this user's orphans."""
+
+    output_root: Path = field(default_factory=Path.cwd)  # where run locks are read (logs/<exp>.lock)
+    force: bool = False  # also live sandboxes of the named experiment
+    other_users: bool = False  # also other users' sandboxes (orphans; live ones with force)
+
+    def decide(self, labels: dict[str, str], experiment: str | None) -> tuple[bool, str]:
+        state, why = verdict(labels, self.output_root, any_user=self.other_users)
+        if state is Verdict.ORPHAN:
+            return True, f"orphan: {why}"
+        if state is Verdict.LIVE and self.force and experiment:
+            return True, f"forced: {why}"
+        if state is Verdict.OTHER_USER:
+            return False, f"{why}; left alone (--other-users removes other users' orphans)"
+        hint = "; name the run and pass --force to remove" if state is Verdict.LIVE else ""
+        return False, f"{state.value}: {why}{hint}"
 
 
 def _describe(labels: dict[str, str]) -> str:
@@ -56,15 +75,22 @@ def docker_sandboxes(project: str | None = None, experiment: str | None = None) 
     return api_client().containers(all=True, filters={"label": wanted})
 
 
-def clean_docker(report: CleanupReport, project: str | None, experiment: str | None) -> None:
+def clean_docker(report: CleanupReport, project: str | None, experiment: str | None,
+                 policy: Policy | None = None) -> None:
     import docker.errors
 
     from rlkit.sandbox.docker_api import api_client
 
+    policy = policy or Policy()
     api = api_client()
     for summary in docker_sandboxes(project, experiment):
         name = (summary.get("Names") or [summary["Id"][:12]])[0].lstrip("/")
-        detail = _describe(summary.get("Labels") or {})
+        labels = summary.get("Labels") or {}
+        go, why = policy.decide(labels, experiment)
+        detail = f"{_describe(labels)}; {why}"
+        if not go:
+            report.kept.append(Removed("container", name, detail))
+            continue
         if not report.dry_run:
             try:
                 api.remove_container(summary["Id"], force=True, v=True)
@@ -84,127 +110,96 @@ def k8s_configured() -> bool:
 
 
 def clean_k8s(report: CleanupReport, project: str | None, experiment: str | None,
-              namespace: str | None = None, core_api: object | None = None) -> None:
-    """Delete labelled pods in `namespace` (default $RLKIT_K8S_NAMESPACE or "rlkit")."""
+              namespace: str | None = None, core_api: object | None = None, policy: Policy | None = None) -> None:
+    """Delete this user's orphan pods in `namespace` (default $RLKIT_K8S_NAMESPACE or "rlkit")."""
     from rlkit.sandbox.k8s import delete_labelled_pods, load_core_api
 
+    policy = policy or Policy()
     api = core_api or load_core_api()
     namespace = namespace or os.environ.get("RLKIT_K8S_NAMESPACE", "rlkit")
+
+    def select(labels: dict[str, str]) -> bool:
+        go, why = policy.decide(labels, experiment)
+        if not go:
+            report.kept.append(Removed("pod", f"{namespace}/{labels.get(L.SESSION, '?')}",
+                                       f"{_describe(labels)}; {why}"))
+        return go
+
     for pod_name, pod_labels in delete_labelled_pods(api, namespace, L.selector(project, experiment),
-                                                     dry_run=report.dry_run):
+                                                     dry_run=report.dry_run, select=select):
         report.removed.append(Removed("pod", f"{namespace}/{pod_name}", _describe(pod_labels)))
 
 
-# ---- processes ------------------------------------------------------------------------------------
-def _listening_inodes(port: int) -> set[str]:
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            local, state, inode = cols[1], cols[3], cols[9]
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
-                inodes.add(inode)
-    return inodes
+# ---- processes, ports, /tmp ---------------------------------------------------------------------
+def clean_processes(report: CleanupReport, output_roots: list[Path]) -> None:
+    from rlkit.ops import procs
 
-
-def pids_listening_on(port: int) -> list[int]:
-    """Pids holding a listening socket on `port` (those this user can see)."""
-    inodes = _listening_inodes(port)
-    if not inodes:
-        return []
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fds = list((entry / "fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                pids.append(int(entry.name))
-                break
-    return pids
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def clean_port(report: CleanupReport, port: int = DEFAULT_PROXY_PORT) -> None:
-    import signal
-
-    for pid in pids_listening_on(port):
-        if pid == os.getpid():
-            continue
-        cmd = _cmdline(pid)
-        if not any(marker in cmd for marker in OUR_PROCESS_MARKERS):
-            report.warnings.append(f"port {port} is held by pid {pid} ({cmd[:80]}), not ours; left alone")
-            continue
-        if not report.dry_run:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-        report.removed.append(Removed("process", str(pid), f"port {port}: {cmd[:80]}"))
-
-
-def clean_ray(report: CleanupReport) -> None:
-    ray = shutil.which("ray")
-    if ray is None or not _ray_running():
-        return
+    orphans = [p for p in procs.scan(output_roots) if p.orphan]
     if not report.dry_run:
-        subprocess.run([ray, "stop", "--force"], check=False, capture_output=True, timeout=120)
-    report.removed.append(Removed("ray", "ray", "ray stop --force"))
+        orphans, errors = procs.stop(orphans)
+        report.errors += errors
+    report.removed += [Removed("process", str(p.pid), f"{p.kind}: {p.cmd[:90]} ({p.why})") for p in orphans]
 
 
-def _ray_running() -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and ("raylet" in _cmdline(int(entry.name)) or "gcs_server" in
-                                     _cmdline(int(entry.name))):
-            return True
-    return False
+def check_ports(report: CleanupReport, ports: Iterable[int]) -> None:
+    """Name whatever still holds a run's port after cleanup; never stop it."""
+    from rlkit.ops.procs import kind_of, listeners
+
+    for port in sorted(set(ports)):
+        for pid, cmd in listeners(port):
+            whose = "an rlkit process that is not an orphan" if kind_of(cmd) else "not rlkit's"
+            report.warnings.append(f"port {port} is held by pid {pid} ({cmd[:80] or '?'}), {whose}; left alone")
+
+
+def clean_tmp(report: CleanupReport) -> None:
+    from rlkit.ops.tmpfiles import remove, stale_tmp
+
+    for path, what in stale_tmp():
+        error = None if report.dry_run else remove(path)
+        if error:
+            report.errors.append(f"{path}: {error}")
+        else:
+            report.removed.append(Removed("tmp", str(path), what))
 
 
 # ---- entry point ---------------------------------------------------------------------------------
 def cleanup(project: str | None = None, experiment: str | None = None, *, dry_run: bool = False,
-            docker: bool = True, k8s: bool | None = None, processes: bool = False,
-            port: int = DEFAULT_PROXY_PORT, namespace: str | None = None,
+            docker: bool = True, k8s: bool | None = None, processes: bool = False, tmp: bool = False,
+            ports: Iterable[int] = (), policy: Policy | None = None, namespace: str | None = None,
             log: Callable[[str], None] | None = None) -> CleanupReport:
-    """Remove labelled sandboxes (and with `processes`, stale Ray / proxy-port processes)."""
+    """Remove this user's orphaned sandboxes (and with `processes` / `tmp`, orphaned processes / leftovers)."""
     from rlkit.sandbox.dockerd import dockerd_answers
 
+    policy = policy or Policy()
     report = CleanupReport(dry_run=dry_run)
+    if processes:  # servers first: a dead run's proxy must not keep a sandbox busy
+        clean_processes(report, [policy.output_root])
     # No daemon answering means no containers to clean; never start one just for cleanup.
     if docker and dockerd_answers():
-        clean_docker(report, project, experiment)
+        clean_docker(report, project, experiment, policy)
     if k8s_configured() if k8s is None else k8s:
         try:
-            clean_k8s(report, project, experiment, namespace=namespace)
+            clean_k8s(report, project, experiment, namespace=namespace, policy=policy)
         except Exception as exc:  # noqa: BLE001 — an unreachable cluster must not stop docker cleanup
             report.warnings.append(f"kubernetes not cleaned: {str(exc)[:200]}")
-    if processes:
-        clean_port(report, port)
-        clean_ray(report)
+    if tmp:
+        clean_tmp(report)
+    if processes and not dry_run:
+        check_ports(report, ports)
     if log:
-        verb = "would remove" if dry_run else "removed"
-        for item in report.removed:
-            log(f"{verb} {item.kind} {item.name}" + (f"  ({item.detail})" if item.detail else ""))
-        for error in report.errors:
-            log(f"✗ {error}")
-        for warning in report.warnings:
-            log(f"⚠ {warning}")
-        if report.nothing_done:
-            log("nothing to clean")
+        render(report, log)
     return report
+
+
+def render(report: CleanupReport, log: Callable[[str], None]) -> None:
+    verb = "would remove" if report.dry_run else "removed"
+    for item in report.removed:
+        log(f"{verb} {item.kind} {item.name}" + (f"  ({item.detail})" if item.detail else ""))
+    for item in report.kept:
+        log(f"kept {item.kind} {item.name}  ({item.detail})")
+    for error in report.errors:
+        log(f"✗ {error}")
+    for warning in report.warnings:
+        log(f"⚠ {warning}")
+    if report.nothing_done:
+        log("nothing to clean")

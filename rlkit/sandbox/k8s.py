@@ -114,12 +114,16 @@ def drain_ws(ws: Any, stdin: bytes | None, timeout_sec: float | None) -> tuple[s
         ws.close()
 
 
-def delete_labelled_pods(core_api: Any, namespace: str, labels: dict[str, str],
-                         dry_run: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
-    """Delete (or with dry_run just list) pods matching `labels`; yields (name, labels)."""
+def delete_labelled_pods(core_api: Any, namespace: str, labels: dict[str, str], dry_run: bool = False,
+                         select: Callable[[dict[str, str]], bool] | None = None,
+                         ) -> Iterator[tuple[str, dict[str, str]]]:
+    """Delete (or with dry_run just list) pods matching `labels` (and `select`, given a pod's labels);
+    yields (name, labels) of those deleted."""
     pods = core_api.list_namespaced_pod(namespace, label_selector=spec.label_selector(labels))
     for pod in pods.items:
         name = pod.metadata.name
+        if select is not None and not select(dict(pod.metadata.labels or {})):
+            continue
         if not dry_run:
             try:
                 core_api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)

@@ -2,14 +2,20 @@
 
 Keys are the same on both backends. Values are sanitised to what k8s label values allow
 (63 chars of [A-Za-z0-9._-]), which docker accepts too.
+
+The owner labels (user, host, pid and the pid's start time) let `rlkit cleanup` remove only
+orphans: sandboxes whose owning process is gone (a reused pid has another start time).
+The owner is the process named by RLKIT_OWNER_PID (rlkit.config.owner) when a launcher set
+it, else the process that creates the sandbox.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import socket
 from dataclasses import dataclass
+
+from rlkit.config import owner as _owner
 
 MANAGED = "rlkit.managed"
 PROJECT = "rlkit.project"
@@ -19,7 +25,9 @@ SESSION = "rlkit.session"
 TASK = "rlkit.task"
 OWNER_PID = "rlkit.owner_pid"
 OWNER_HOST = "rlkit.owner_host"
-ALL_KEYS = (MANAGED, PROJECT, EXPERIMENT, STEP, SESSION, TASK, OWNER_PID, OWNER_HOST)
+OWNER_USER = "rlkit.owner_user"
+OWNER_START = "rlkit.owner_start"  # the owner pid's create time, 2 decimals (a reused pid differs)
+ALL_KEYS = (MANAGED, PROJECT, EXPERIMENT, STEP, SESSION, TASK, OWNER_PID, OWNER_HOST, OWNER_USER, OWNER_START)
 
 _BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -51,6 +59,7 @@ class SandboxLabels:
         return cls(**values)
 
     def as_dict(self) -> dict[str, str]:
+        owner = _owner.owner_env()
         return {
             MANAGED: "1",
             PROJECT: label_value(self.project),
@@ -58,8 +67,10 @@ class SandboxLabels:
             STEP: label_value(self.step),
             SESSION: label_value(self.session),
             TASK: label_value(self.task),
-            OWNER_PID: str(os.getpid()),
-            OWNER_HOST: label_value(socket.gethostname()),
+            OWNER_PID: owner[_owner.OWNER_PID_ENV],
+            OWNER_HOST: label_value(_owner.host()),
+            OWNER_USER: label_value(_owner.me()),
+            OWNER_START: owner[_owner.OWNER_START_ENV],
         }
 
 

@@ -84,10 +84,11 @@ def test_cleanup_only_touches_the_selected_project(tmp_path: Path, base_image: s
             docker_api.remove_container(cid, force=True)
 
 
-def _listener(port_file: Path, marker: str) -> subprocess.Popen:
-    code = (f"# {marker}\nimport socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+def _listener(port_file: Path, argv0: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    code = (f"import socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
             f"open({str(port_file)!r}, 'w').write(str(s.getsockname()[1]))\nimport time; time.sleep(600)\n")
-    return subprocess.Popen([sys.executable, "-c", code])
+    # argv carries the marker, as `rlkit proxy serve` would
+    return subprocess.Popen([sys.executable, "-c", code, *argv0.split()], env={**os.environ, **(env or {})})
 
 
 def _wait_port(port_file: Path) -> int:
@@ -100,26 +101,35 @@ def _wait_port(port_file: Path) -> int:
     raise AssertionError("listener did not start")
 
 
-def test_port_cleanup_kills_only_our_processes(tmp_path: Path) -> None:
-    from rlkit.ops.cleanup import CleanupReport, clean_port, pids_listening_on
+def test_process_cleanup_stops_only_orphans_of_dead_owners(tmp_path: Path) -> None:
+    from rlkit.config.owner import OWNER_PID_ENV, OWNER_START_ENV
+    from rlkit.ops import procs
+    from rlkit.ops.cleanup import CleanupReport, check_ports, clean_processes
 
-    ours = _listener(tmp_path / "ours", "rlkit proxy worker")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = _listener(tmp_path / "orphan", "rlkit proxy serve", {OWNER_PID_ENV: str(dead.pid), OWNER_START_ENV: "1"})
+    live = _listener(tmp_path / "live", "rlkit proxy serve", {OWNER_PID_ENV: str(os.getpid()), OWNER_START_ENV: ""})
     theirs = _listener(tmp_path / "theirs", "somebody else")
     try:
-        our_port, their_port = _wait_port(tmp_path / "ours"), _wait_port(tmp_path / "theirs")
-        assert pids_listening_on(our_port) == [ours.pid]
+        ports = [_wait_port(tmp_path / n) for n in ("orphan", "live", "theirs")]
+        judged = {p.pid: p for p in procs.scan([tmp_path])}
+        assert judged[orphan.pid].orphan and "is gone" in judged[orphan.pid].why
+        assert not judged[live.pid].orphan and theirs.pid not in judged
+
+        dry = CleanupReport(dry_run=True)
+        clean_processes(dry, [tmp_path])
+        assert orphan.poll() is None and str(orphan.pid) in [r.name for r in dry.removed]
 
         report = CleanupReport()
-        clean_port(report, our_port)
-        assert [r.name for r in report.removed] == [str(ours.pid)]
-        assert ours.wait(timeout=10) == -signal.SIGKILL
-
-        report = CleanupReport()
-        clean_port(report, their_port)
-        assert report.removed == [] and report.errors == [] and "not ours" in report.warnings[0]
-        assert theirs.poll() is None
+        clean_processes(report, [tmp_path])
+        check_ports(report, ports)
+        assert [r.name for r in report.removed] == [str(orphan.pid)]
+        orphan.wait(timeout=10)  # stopped (psutil reaped it, so its exit status reads 0 here)
+        assert live.poll() is None and theirs.poll() is None
+        assert any(f"port {ports[2]}" in w and "not rlkit's" in w for w in report.warnings)
     finally:
-        for proc in (ours, theirs):
+        for proc in (orphan, live, theirs):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

@@ -1,0 +1,152 @@
+"""Who owns a process, a sandbox or a run: the facts cleanup and `/rl:check` both read.
+
+An owner is (user, host, pid, start time). The start time tells a live owner from a
+reused pid. rlkit's launchers put the owner into the environment of what they start
+(`RLKIT_OWNER_PID` / `RLKIT_OWNER_START`), so a vLLM server, a proxy or a Ray daemon
+can be traced back to the run that started it after that run is gone.
+
+The run lock (`logs/<exp>.lock`, written by rlkit.train.lock) is read here too, so the
+floors above the trainers (ops, validate) read it without importing the trainer.
+psutil is imported lazily: `rlkit check` loads this module.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OWNER_PID_ENV = "RLKIT_OWNER_PID"
+OWNER_START_ENV = "RLKIT_OWNER_START"
+HEARTBEAT_S = 15.0
+STALE_S = 120.0  # a lock on another host whose heartbeat is older than this belongs to a dead run
+START_TOLERANCE_S = 1.0  # psutil's create time is rounded to clock ticks
+
+# Command-line fragments of processes rlkit starts and may stop. Specific on purpose: a
+# script merely named after ray or vllm must never match.
+SERVER_MARKERS = {
+    "vllm": ("vllm.entrypoints", "vllm serve", "VLLM::"),
+    "proxy": ("rlkit proxy serve", "rlkit.cli.main proxy serve", "-m rlkit proxy serve", "litellm"),
+    "dashboard": ("rlkit dashboard", "-m rlkit dashboard", "rlkit.monitor.dashboard"),
+    "ray": ("/ray/core/src/ray/raylet/raylet", "/ray/core/src/ray/gcs/gcs_server", "/ray/_private/log_monitor.py",
+            "/ray/autoscaler/_private/monitor.py", "/ray/dashboard/dashboard.py", "/ray/dashboard/agent.py",
+            "ray.util.client.server", "/ray/_private/runtime_env/agent/main.py", "ray::", "/ray/_private/workers/"),
+}
+# A run itself (the trainer and `rlkit run`'s train.sh): never stopped by cleanup, only reported.
+RUN_MARKERS = ("rlkit train", "-m rlkit train", "rlkit.cli.main train", "scripts/train/train.sh", "verl.trainer.main_ppo")
+
+
+def me() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def host() -> str:
+    return socket.gethostname()
+
+
+def process_start(pid: int) -> float | None:
+    """The pid's create time (seconds since the epoch), None when there is no such process."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError):
+        return None
+
+
+def same_process_alive(pid: int, start: float | None) -> bool:
+    """`pid` lives and, when `start` is known, is the process that started then (not a reused pid)."""
+    if pid <= 0:
+        return False
+    now = process_start(pid)
+    if now is None:
+        return False
+    return start is None or abs(now - start) < START_TOLERANCE_S
+
+
+def owner_env() -> dict[str, str]:
+    """Environment a launcher gives its children: this process (or the owner it inherited) owns them."""
+    pid = os.environ.get(OWNER_PID_ENV)
+    if pid:
+        return {OWNER_PID_ENV: pid, OWNER_START_ENV: os.environ.get(OWNER_START_ENV, "")}
+    start = process_start(os.getpid())
+    return {OWNER_PID_ENV: str(os.getpid()), OWNER_START_ENV: f"{start:.2f}" if start else ""}
+
+
+def claim_ownership() -> None:
+    """Make this process the owner of everything it starts from now on (unless an owner is inherited)."""
+    os.environ.update(owner_env())
+
+
+def _float(text: object) -> float | None:
+    try:
+        return float(str(text))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Owner:
+    user: str
+    host: str
+    pid: int
+    start: float | None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str], user: str) -> Owner | None:
+        pid = environ.get(OWNER_PID_ENV, "")
+        if not pid.isdigit():
+            return None
+        return cls(user, host(), int(pid), _float(environ.get(OWNER_START_ENV)))
+
+    def alive(self) -> bool | None:
+        """True / False on this host; None on another host (only its run's heartbeat can tell)."""
+        if self.host and self.host != host():
+            return None
+        return same_process_alive(self.pid, self.start)
+
+
+# ---- the run lock --------------------------------------------------------------------------------
+def read_lock(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def heartbeat_age_s(lock: dict[str, Any]) -> float | None:
+    try:
+        beat = dt.datetime.fromisoformat(str(lock.get("heartbeat")))
+    except ValueError:
+        return None
+    if beat.tzinfo is None:
+        beat = beat.replace(tzinfo=dt.UTC)
+    return (dt.datetime.now(dt.UTC) - beat).total_seconds()
+
+
+def lock_is_stale(lock: dict[str, Any]) -> bool:
+    """Same host: the trainer's pid is gone. Another host: no heartbeat for STALE_S."""
+    if lock.get("host") == host():
+        pid = lock.get("pid")
+        return not (isinstance(pid, int) and same_process_alive(pid, None))
+    age = heartbeat_age_s(lock)
+    return age is None or age > STALE_S
+
+
+def live_locks(logs: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The locks under `logs` whose run is still in flight."""
+    found = []
+    for path in sorted(logs.glob("*.lock")) if logs.is_dir() else ():
+        lock = read_lock(path)
+        if lock is not None and not lock_is_stale(lock):
+            found.append((path, lock))
+    return found

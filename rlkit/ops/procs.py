@@ -1,0 +1,183 @@
+"""rlkit's server processes (vLLM, proxy / litellm workers, dashboard, Ray daemons): which are orphans.
+
+A process is rlkit's when its command line carries one of rlkit.config.owner's markers.
+It is an orphan (and may be stopped) only when it can be traced to an owner that is gone:
+  - its environment names an owner (RLKIT_OWNER_PID/START, set by rlkit's launchers) that is
+    dead or whose pid was reused;
+  - or a stale run lock lists it among the run's processes (pid and start time);
+  - or, with no owner recorded, it is an rlkit command (proxy, dashboard) or a vLLM with rlkit's
+    scratch dirs that was reparented to init (its parent is gone).
+Processes of a live run (its lock's pid, the lock's processes, their descendants) are never
+stopped; nor are other users' processes, the trainer itself, or anything else. Ray daemons
+nobody can be traced to (a `ray start` by hand) are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlkit.config import owner as O
+
+TERM_GRACE_S = 5.0
+VLLM_ENV_HINTS = ("vllm_scratch", "rlkit-vllm-")
+
+
+@dataclass
+class Proc:
+    pid: int
+    start: float
+    kind: str  # vllm | proxy | dashboard | ray | run
+    cmd: str
+    user: str
+    orphan: bool
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.kind} pid {self.pid}: {self.cmd[:90]}  ({self.why})"
+
+
+def kind_of(cmd: str, name: str = "") -> str | None:
+    for marker in O.RUN_MARKERS:
+        if marker in cmd:
+            return "run"
+    for kind, markers in O.SERVER_MARKERS.items():
+        if any(m in cmd or name.startswith(m) for m in markers):
+            return kind
+    return None
+
+
+def _cmdline(proc) -> str:
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return ""
+
+
+def _lock_members(output_roots: list[Path]) -> tuple[set[int], dict[tuple[int, int], str]]:
+    """(pids of live runs and their descendants, {(pid, start): lock} of stale locks' processes)."""
+    import psutil
+
+    protected: set[int] = set()
+    stale: dict[tuple[int, int], str] = {}
+    for root in output_roots:
+        logs = root / "logs"
+        for path in sorted(logs.glob("*.lock")) if logs.is_dir() else ():
+            lock = O.read_lock(path)
+            if lock is None:
+                continue
+            members = [(lock.get("pid"), None), *[(c[0], c[1]) for c in lock.get("children") or [] if len(c) == 2]]
+            if O.lock_is_stale(lock):
+                for pid, start in members:
+                    if start is not None:
+                        stale[(int(pid), int(start))] = str(path)
+                continue
+            for pid, start in members:
+                if isinstance(pid, int) and O.same_process_alive(pid, start):
+                    protected.add(pid)
+                    try:
+                        protected.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+                    except psutil.Error:
+                        pass
+    return protected, stale
+
+
+def scan(output_roots: list[Path]) -> list[Proc]:
+    """This user's rlkit processes, each judged orphan or not."""
+    import psutil
+
+    me, mine = O.me(), os.getpid()
+    skip = {mine, *(p.pid for p in psutil.Process(mine).parents())}
+    protected, stale = _lock_members(output_roots)
+    found: list[Proc] = []
+    for proc in psutil.process_iter(["pid", "ppid", "username", "create_time", "name"]):
+        info = proc.info
+        if info["pid"] in skip:
+            continue
+        cmd = _cmdline(proc)
+        kind = kind_of(cmd, info["name"] or "")
+        if kind is None:
+            continue
+        user, start = info["username"] or "", info["create_time"] or 0.0
+        if user != me:
+            continue
+        orphan, why = _judge(proc, kind, cmd, start, protected, stale)
+        found.append(Proc(info["pid"], start, kind, cmd, user, orphan, why))
+    return found
+
+
+def _judge(proc, kind: str, cmd: str, start: float, protected: set[int],
+           stale: dict[tuple[int, int], str]) -> tuple[bool, str]:
+    import psutil
+
+    if kind == "run":
+        return False, "a run (never stopped by cleanup)"
+    if proc.pid in protected:
+        return False, "belongs to a live run (its lock)"
+    if (proc.pid, int(start)) in stale:
+        return True, f"listed by stale lock {stale[(proc.pid, int(start))]}"
+    try:
+        environ = proc.environ()
+    except psutil.Error:
+        environ = {}
+    owner = O.Owner.from_env(environ, O.me())
+    if owner is not None:
+        if owner.alive():
+            return False, f"owner pid {owner.pid} is running"
+        return True, f"owner pid {owner.pid} is gone"
+    try:
+        reparented = proc.ppid() == 1 or proc.parent() is None
+    except psutil.Error:
+        return False, "vanished"
+    if kind in ("proxy", "dashboard") and "rlkit" in cmd and reparented:
+        return True, "rlkit command whose parent is gone"
+    if kind == "vllm" and reparented and any(h in v for v in environ.values() for h in VLLM_ENV_HINTS):
+        return True, "rlkit's vLLM whose parent is gone"
+    return False, "no owner recorded and its parent lives" if not reparented else "not traceable to an rlkit run"
+
+
+def stop(procs: list[Proc]) -> tuple[list[Proc], list[str]]:
+    """SIGTERM, then SIGKILL after TERM_GRACE_S; only the same processes (pid and start time)."""
+    import psutil
+
+    targets, errors = [], []
+    for p in procs:
+        try:
+            live = psutil.Process(p.pid)
+            if abs(live.create_time() - p.start) < O.START_TOLERANCE_S:
+                targets.append((p, live))
+        except psutil.Error:
+            continue
+    for _, live in targets:
+        try:
+            live.terminate()
+        except psutil.Error:
+            pass
+    _, still = psutil.wait_procs([live for _, live in targets], timeout=TERM_GRACE_S)
+    for live in still:
+        try:
+            live.kill()
+        except psutil.Error as exc:
+            errors.append(f"pid {live.pid}: {exc}")
+    psutil.wait_procs(still, timeout=TERM_GRACE_S)
+    return [p for p, _ in targets], errors
+
+
+def listeners(port: int) -> list[tuple[int | None, str]]:
+    """(pid, command line) of whatever listens on TCP `port` (pid None when it is not visible to us)."""
+    import psutil
+
+    out = []
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            cmd = ""
+            if conn.pid:
+                try:
+                    cmd = _cmdline(psutil.Process(conn.pid))
+                except psutil.Error:
+                    pass
+            out.append((conn.pid, cmd))
+    return out
