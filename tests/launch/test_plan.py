@@ -38,6 +38,7 @@ def test_algorithm_overrides(ws) -> None:
     assert (gspo[f"{ar}.clip_ratio_low"], gspo[f"{ar}.clip_ratio_high"]) == ("0.0003", "0.0004")
     assert gspo[f"{ar}.loss_agg_mode"] == "seq-mean-token-mean"
     assert ppo["algorithm.adv_estimator"] == "gae" and "critic.model.path" in ppo
+    assert ppo["critic.ulysses_sequence_parallel_size"] == "1"  # the critic shards sequences as the actor does
     assert "critic.model.path" not in grpo
 
 
@@ -54,6 +55,7 @@ def test_mode_and_engine_overrides(ws) -> None:
     assert gspo["trainer.v1.separate_async.parameter_sync_step"] == "4"
     assert gspo["trainer.logger"] == "[console,wandb]"
     assert grpo["trainer.default_local_dir"] == str(ws.root / "out" / "checkpoints" / "proj" / "exp")
+    assert grpo["trainer.resume_mode"] == "auto"  # RESUME_MODE=auto: a restart resumes from the latest checkpoint
 
 
 def test_rank_zero_is_the_node_with_the_head_ip() -> None:
@@ -105,6 +107,7 @@ def test_verl_config_accepts_every_combination(ws) -> None:
 @pytest.mark.slow
 def test_dry_run_command_is_accepted_by_verl_main_ppo(ws) -> None:
     """The exact trainer line DRY_RUN prints, fed to `python -m verl.trainer.main_ppo --cfg job --resolve`."""
+    ws.write_site(RAY_HEAD_ADDRESS="127.0.0.1")  # three nodes need a head address (cluster_topology)
     cfg = ws.config(**COMBOS["gspo-async-veomni"])
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "DRY_RUN": "1", **ws.environ()}
     proc = subprocess.run(["bash", "scripts/train/train.sh", str(cfg)], capture_output=True, text=True, cwd=REPO,
@@ -113,8 +116,8 @@ def test_dry_run_command_is_accepted_by_verl_main_ppo(ws) -> None:
     assert "ray start --head" in proc.stdout and "# Rollout / vLLM" in proc.stdout
     trainer = proc.stdout.split("# Trainer (rank 0)\n", 1)[1]
     argv = shlex.split(trainer.replace("\\\n", " "))
-    start = argv.index(sys.executable)
-    assert argv[start:start + 3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
+    start = argv.index("-m") - 1
+    assert Path(argv[start]).is_absolute() and argv[start + 1:start + 3] == ["-m", "verl.trainer.main_ppo"]
     verl = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "--cfg", "job", "--resolve",
                            *argv[start + 3:]], capture_output=True, text=True, check=False)
     assert verl.returncode == 0, verl.stderr[-2000:]
