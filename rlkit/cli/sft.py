@@ -1,6 +1,6 @@
 """`rlkit sft CFG | --model M --tasks T [--out DIR]`: warm-start a policy on teacher trajectories.
 
-Records one teacher trajectory per train task (the oracle fix replayed through the real
+Records teacher trajectories of each train task (the oracle fix replayed through the real
 scaffold, proxy and docker sandbox), fine-tunes the model on them with the RL loss's
 mask, and prints the directory of the result. Cached: a second call with the same tasks,
 model and settings returns at once.
