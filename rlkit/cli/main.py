@@ -19,11 +19,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trial": ("rlkit.cli.trial", "run one trial of a task with an agent"),
     "rollout": ("rlkit.cli.rollout", "k attempts per task: pass rates and a difficulty-filtered index"),
     "eval": ("rlkit.cli.eval", "pass@1 / pass@k of a model on a task index"),
-    "cleanup": ("rlkit.cli.cleanup", "remove labelled sandboxes (and, later, stale Ray/vLLM processes)"),
+    "cleanup": ("rlkit.cli.cleanup", "remove your orphaned sandboxes, vLLM/proxy/Ray processes and /tmp leftovers"),
     "proxy": ("rlkit.cli.proxy", "serve the token-recording proxy in front of vLLM"),
     "model": ("rlkit.cli.model", "embedded default model: `rlkit model tiny OUT_DIR`"),
     "status": ("rlkit.cli.status", "a run's state, step k/N, ETA and the first-step numbers (files only; --follow)"),
     "dashboard": ("rlkit.cli.dashboard", "serve the monitoring dashboard (curves, trajectory browser) on DASHBOARD_PORT"),
+    "run": ("rlkit.cli.run", "check a config, then start train.sh in the background (nohup setsid) and return"),
+    "ckpt": ("rlkit.cli.ckpt", "checkpoints: `rlkit ckpt merge PATH` (verl's merger), `rlkit ckpt prune ROOT`"),
     "sft": ("rlkit.cli.sft", "warm start: fine-tune the policy on teacher trajectories (cached)"),
 }
 
