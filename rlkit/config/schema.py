@@ -115,6 +115,17 @@ class ResumeMode(StrEnum):
     DISABLE = "disable"
 
 
+class LossAggMode(StrEnum):
+    """verl's loss aggregation (core_algos.agg_loss); auto: token-mean, seq-mean-token-mean for gspo."""
+
+    AUTO = "auto"
+    TOKEN_MEAN = "token-mean"
+    TOKEN_SUM = "token-sum"
+    SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
+    SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
+    SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
+
+
 # The proxy's port: the one number every other module imports (PROXY_PORT's default).
 DEFAULT_PROXY_PORT = 8002
 
@@ -175,6 +186,9 @@ class RunConfig(BaseModel):
                                       "not to; mask leaves it out of training. Counted either way.", R)
     LR: float = key(1e-6, "Actor learning rate.", R)
     KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)
+    LOSS_AGG_MODE: LossAggMode = key(LossAggMode.AUTO, "How the policy loss averages over tokens (verl's "
+                                                       "loss_agg_mode); auto: token-mean, seq-mean-token-mean "
+                                                       "for gspo.", R)
     TOTAL_EPOCHS: int = key(30, "Passes over TRAIN_FILES.", R)
     TOTAL_STEPS: int = key(0, "Stop after this many training steps (0: TOTAL_EPOCHS passes over TRAIN_FILES).", R)
     TRAINER_SAVE_FREQ: int = key(10, "Save a checkpoint every N steps (-1: never).", R)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlkit.config.schema import Algorithm, RunConfig, VerlModelEngine, VerlTrainerMode
+from rlkit.config.schema import Algorithm, LossAggMode, RunConfig, VerlModelEngine, VerlTrainerMode
 from rlkit.tasks.schema import AGENT_LOOP_NAME
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
@@ -91,6 +91,8 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
             o.update({f"{ar}.actor.{k}": v for k, v in GSPO.items()})
         else:
             o[f"{ar}.actor.policy_loss.loss_mode"] = "vanilla"
+    if c.LOSS_AGG_MODE is not LossAggMode.AUTO:
+        o[f"{ar}.actor.loss_agg_mode"] = c.LOSS_AGG_MODE.value
     o.update({
         "trainer.use_v1": True,
         "trainer.v1.trainer_mode": c.VERL_TRAINER_MODE.value,

@@ -46,7 +46,8 @@ class AlgoConfig:
     def from_run_config(cls, cfg: Any) -> AlgoConfig:
         """ALGORITHM, KL_LOSS_COEF and LOSS_AGG_MODE of a resolved RunConfig."""
         algorithm = str(getattr(cfg.ALGORITHM, "value", cfg.ALGORITHM))
-        agg = getattr(cfg, "LOSS_AGG_MODE", "") or ""
+        agg = str(getattr(cfg.LOSS_AGG_MODE, "value", cfg.LOSS_AGG_MODE))
+        agg = "" if agg == "auto" else agg
         if algorithm == "ppo":
             raise ConfigError("ALGORITHM=ppo needs a critic (GAE), which the local trainer does not train",
                               key="ALGORITHM", fix="set ALGORITHM=grpo or ALGORITHM=gspo for TRAINER=local")

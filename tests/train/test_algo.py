@@ -105,7 +105,7 @@ def test_from_run_config():
     class Cfg:
         ALGORITHM = "gspo"
         KL_LOSS_COEF = 0.01
-        LOSS_AGG_MODE = ""
+        LOSS_AGG_MODE = "auto"
 
     gspo = AlgoConfig.from_run_config(Cfg)
     assert (gspo.loss_mode, gspo.loss_agg_mode, gspo.kl_loss_coef) == ("gspo", "seq-mean-token-mean", 0.01)
