@@ -25,13 +25,13 @@ FIXTURE = ROOT / "tests" / "monitor" / "fixtures" / "crashed"
 
 def parse(path: Path) -> tuple[dict, str]:
     text = path.read_text()
-    match = re.match(r"^---\n(.*?)\n---\n(.*)$", text, re.S)
+    match = re.match(r"^---\n(.*?)\n---\n(.*)$", text, re.DOTALL)
     assert match, f"{path.name}: no frontmatter"
     return yaml.safe_load(match.group(1)), match.group(2)
 
 
 def shell_lines(body: str) -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", body, re.S)
+    blocks = re.findall(r"```bash\n(.*?)```", body, re.DOTALL)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
@@ -51,7 +51,6 @@ def test_frontmatter_and_allowed_tools_cover_the_body(name: str) -> None:
     assert lines, f"{name}.md runs no command"
     for line in lines:
         assert any(line.startswith(p) for p in prefixes), f"{name}.md runs {line!r}, not allowed by {prefixes}"
-    # every `rlkit ...` the text suggests is allowed too (the model may run what it suggests)
     assert meta.get("disable-model-invocation") is (True if name == "run" else None)
 
 
