@@ -87,6 +87,21 @@ function joined(series) {
   return [xs, ...ys];
 }
 
+// a flat series gets a unit band around it instead of uPlot's 0..100
+function yRange(u, min, max) {
+  if (min == null || max == null) return [0, 1];
+  if (min === max) return [min - (Math.abs(min) || 1) * 0.5, max + (Math.abs(max) || 1) * 0.5];
+  const pad = (max - min) * 0.05;
+  return [min - pad, max + pad];
+}
+
+// tiny and huge values in exponent form (KL is often 1e-4), the rest with up to five digits
+function tick(v) {
+  if (v == null) return "";
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-2 || a >= 1e6) ? v.toExponential(1) : String(+v.toPrecision(5));
+}
+
 function drawCharts() {
   const mode = $("#xaxis").value, alpha = parseFloat($("#ema").value);
   const box = $("#charts");
@@ -112,8 +127,8 @@ function drawCharts() {
     }
     const opts = {
       width: Math.max(420, div.clientWidth - 12), height: 220,
-      scales: {x: {time: false}},
-      axes: [{label: mode === "wall" ? "hours" : "step"}, {}],
+      scales: {x: {time: false}, y: {range: yRange}},
+      axes: [{label: mode === "wall" ? "hours" : "step"}, {values: (u, ticks) => ticks.map(tick), size: 60}],
       series: [{label: mode}, ...series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length],
                                                        width: 1.5, spanGaps: true, points: {show: s.x.length < 60}}))],
     };
@@ -134,7 +149,9 @@ async function drawFirstStep() {
   const rows = st.first_step_numbers.map((n, i) => el("tr", {},
     el("td", {text: `${i + 1}. ${n.name}`}), el("td", {text: n.value}),
     el("td", {class: markClass(n.mark), text: `${n.mark} ${n.verdict}`})));
-  const head = `${exp}: ${st.state}, step ${st.step ?? "—"}/${st.total_steps ?? "?"}` +
+  const states = {running: "running", "stale-lock": "crashed (stale lock)", finished: "finished",
+                  stopped: "stopped before its last step", unknown: "not running"};
+  const head = `${exp}: ${states[st.state] || st.state}, step ${st.step ?? "—"}/${st.total_steps ?? "?"}` +
                (st.eta_s != null ? `, ETA ${Math.round(st.eta_s / 60)} min` : "") +
                ` — first step (step ${st.first_step ?? "—"})`;
   box.replaceChildren(el("div", {text: head}), el("table", {}, ...rows));
