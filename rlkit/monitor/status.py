@@ -91,6 +91,8 @@ def render(status: RunStatus) -> str:
     if live.phase and live.alive:
         detail.append(f"phase {live.phase}")
     procs = " · ".join(f"{role} {len(pids)}" for role, pids in sorted(live.processes.items()) if role != "trainer")
+    if live.state == "unknown" and status.last_step is None and status.first_step is None:
+        state = f"not started: nothing under {p.logs} or {p.trials} yet"
     if live.state == "stopped" and status.interrupted_step is not None:
         state = f"not running: stopped during step {status.interrupted_step} (crashed or interrupted)"
     lines.append(f"state    {state}" + (f" ({', '.join(detail)})" if detail else "") + (f"   [{procs}]" if procs else ""))

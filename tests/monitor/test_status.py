@@ -121,3 +121,8 @@ def test_process_roles_by_command_line() -> None:
     assert _role("/x/.venv/bin/python -m rlkit.cli.main proxy serve --model-path m --upstream http://h:1") == "proxy"
     assert _role("/x/ray/core/src/ray/raylet/raylet --node-ip-address=1") == "ray"
     assert _role("bash") is None
+
+
+def test_a_run_not_started_yet(tmp_path: Path) -> None:
+    text = render(collect(locate(str(_config(tmp_path, "fx-new")))))
+    assert "not started" in text and "step     —/2" in text
