@@ -37,6 +37,9 @@ class PolicyWorker:
         # padding never reaches the loss (masks); the model's own pad id keeps the tensors readable
         self.pad_id = int(getattr(self.updater.model.config, "pad_token_id", None) or 0)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def update(self, records: Sequence[TrialRecord]) -> dict[str, float]:
         """Build the batch from the step's trainable trials, compute advantages and losses, step the optimizer."""
         from rlkit.train.batch import build_batch
@@ -101,6 +104,9 @@ class RolloutWorker:
         self._progress["done"] += 1
         self._progress["passed"] += int(not record.masked and record.reward >= 1.0)
         self._progress["masked"] += int(record.masked)
+
+    async def pid(self) -> int:
+        return os.getpid()
 
     async def progress(self) -> dict[str, Any]:
         return dict(self._progress)

@@ -122,6 +122,19 @@ def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def process_ids(pids: list[int]) -> list[list[float]]:
+    """(pid, start time) pairs: the reaper never signals a reused pid."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            out.append([pid, psutil.Process(pid).create_time()])
+        except psutil.Error:
+            continue
+    return out
+
+
 class LocalTrainer:
     def __init__(self, resolved: ResolvedConfig, *, console: Any = None) -> None:
         self.resolved = resolved
@@ -250,7 +263,9 @@ class LocalTrainer:
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, self.paths.val_exp) if val_rows else None)
-                lock.update(phase="actors")
+                # the actors' processes too: after a kill -9 the reaper stops them before removing sandboxes
+                actor_pids = ray.get([policy.pid.remote(), rollout.pid.remote()])
+                lock.update(phase="actors", children=ray_children + process_ids(actor_pids))
                 self.progress.start_run(start, last)
                 if start:
                     self.progress.phase(f"resume from global_step_{start}")

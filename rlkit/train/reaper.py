@@ -22,6 +22,7 @@ from rlkit.train.lock import pid_alive, read_lock
 
 POLL_S = 1.0
 TERM_GRACE_S = 5.0
+CREATE_SETTLE_S = 2.0
 
 
 def start_reaper(lock_path: Path) -> subprocess.Popen:
@@ -65,12 +66,14 @@ def reap(lock_path: Path, trainer_pid: int) -> str:
         return "trainer finished cleanly"
     from rlkit.ops.cleanup import cleanup
 
+    # Ray's workers first: a live rollout worker would go on starting sandboxes behind the cleanup
+    stopped = stop_processes(lock.get("children") or [])
+    time.sleep(CREATE_SETTLE_S)  # a container create already sent to the daemon lands now
     removed = 0
     project, exp = lock.get("project"), lock.get("exp")
     # training and validation sandboxes of this run only; never a wider cleanup
     for name in ((exp, f"{exp}_val") if project and exp else ()):
         removed += len(cleanup(project, name, k8s=False).removed)
-    stopped = stop_processes(lock.get("children") or [])
     if read_lock(lock_path) == lock:
         lock_path.unlink(missing_ok=True)
     return (f"trainer pid {trainer_pid} died at step {lock.get('step')} ({lock.get('phase')}): removed "

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
 TRAIN_TASKS = ["calc-power-unary", "merge-intervals", "word-frequency"]
-MISSING_IMAGE = "rlkit-task/no-such-task-image:latest"
+MISSING_IMAGE = f"rlkit-task/no-such-image-{uuid.uuid4().hex[:12]}:latest"  # nobody else builds this one
 RUN_TIMEOUT_S = 1500
 
 
