@@ -9,14 +9,27 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
+MIN_AGE_S = 30.0  # younger leftovers may belong to a start in progress (a Ray session before its gcs_server)
+VLLM_TMP_MIN_AGE_S = 5.0
+REPO_SCRATCH = Path(__file__).resolve().parents[2] / ".rlkit" / "vllm_scratch"  # VllmServer's default scratch
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def _mine(path: Path) -> bool:
+def _mine(path: Path, min_age_s: float = MIN_AGE_S) -> bool:
+    """This user's, and old enough that no start in progress is making it."""
     try:
-        return path.lstat().st_uid == os.getuid()
+        info = path.lstat()
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and time.time() - info.st_mtime > min_age_s
+
+
+def _stale_socket(path: Path, sockets: set[str]) -> bool:
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode) and str(path) not in sockets and _mine(path)
     except OSError:
         return False
 
@@ -47,10 +60,12 @@ def stale_tmp(tmp: Path | None = None, ray_tmp: Path | None = None) -> list[tupl
     sockets, live_text = _live_usage()
     found: list[tuple[Path, str]] = []
     for entry in sorted(tmp.iterdir()) if tmp.is_dir() else ():
-        if not _mine(entry):
+        # a vLLM TMPDIR is in use once its server starts (its environment names it): only the moment
+        # between mkdtemp and the server's start needs the age guard
+        if not _mine(entry, VLLM_TMP_MIN_AGE_S if entry.name.startswith("rlkit-vllm-") else MIN_AGE_S):
             continue
         name = entry.name
-        if _UUID.match(name) and stat.S_ISSOCK(entry.lstat().st_mode) and str(entry) not in sockets:
+        if _UUID.match(name) and _stale_socket(entry, sockets):
             found.append((entry, "vLLM IPC socket"))
         elif name.startswith("rlkit-vllm-") and entry.is_dir() and str(entry) not in live_text \
                 and not any(s.startswith(f"{entry}/") for s in sockets):
@@ -59,6 +74,9 @@ def stale_tmp(tmp: Path | None = None, ray_tmp: Path | None = None) -> list[tupl
             found.append((entry, "aborted base-image build"))
         elif name.startswith("torchinductor_") and not _torch_users_alive(live_text):
             found.append((entry, "torch inductor cache"))
+    for scratch_tmp in sorted(REPO_SCRATCH.glob("*/tmp")) if REPO_SCRATCH.is_dir() else ():
+        found += [(sock, "vLLM IPC socket") for sock in sorted(scratch_tmp.iterdir())
+                  if _UUID.match(sock.name) and _stale_socket(sock, sockets)]
     for session in sorted(ray_tmp.glob("session_2*")) if ray_tmp.is_dir() else ():
         if _mine(session) and session.is_dir() and not session.is_symlink() and session.name not in live_text:
             found.append((session, "Ray session of a dead Ray"))
