@@ -77,27 +77,28 @@ def start_head(plan: LaunchPlan, say: Callable[[str], None] = print) -> None:
                           fix="`ray stop` a Ray left over from an earlier run (rlkit cleanup --all), or free RAY_PORT")
 
 
-def ray_nodes(address: str) -> list[dict]:
+def ray_nodes(address: str, env: dict[str, str] | None = None) -> list[dict]:
     """Alive nodes of the cluster at `address`, as `{"address", "gpus"}` (asked in a child
     process, so this launcher never becomes a Ray driver of the run)."""
     code = ("import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
             "print(json.dumps([{'address': n['NodeManagerAddress'], 'gpus': n['Resources'].get('GPU', 0)} "
             "for n in ray.nodes() if n['Alive']])); ray.shutdown()")
     python = os.environ.get("RLKIT_PYTHON") or sys.executable
-    proc = subprocess.run([python, "-c", code, address], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run([python, "-c", code, address], capture_output=True, text=True, timeout=120, check=False,
+                          env=env)
     if proc.returncode != 0:
         return []
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def wait_for_nodes(address: str, nnodes: int, gpus_per_node: int, waits: Waits,
-                   say: Callable[[str], None] = print) -> list[dict]:
+                   say: Callable[[str], None] = print, env: dict[str, str] | None = None) -> list[dict]:
     """Block until `nnodes` alive nodes with `gpus_per_node` GPUs each; LaunchError names what is missing."""
     started = time.monotonic()
     last_report = 0.0
     nodes: list[dict] = []
     while True:
-        nodes = ray_nodes(address)
+        nodes = ray_nodes(address, env)
         short = [n for n in nodes if n["gpus"] < gpus_per_node]
         if len(nodes) >= nnodes and not short:
             say(f"Ray: {len(nodes)}/{nnodes} node(s) joined: " + ", ".join(
@@ -266,7 +267,8 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
         return join_as_worker(plan, say)
     start_head(plan, say)
     try:
-        wait_for_nodes(f"{plan.head_address}:{_port(plan)}", plan.nnodes, gpus_per_node, waits, say)
+        wait_for_nodes(f"{plan.head_address}:{_port(plan)}", plan.nnodes, gpus_per_node, waits, say,
+                       env=_env(plan.trainer))  # the driver's Ray settings (token auth)
         return run_trainer(plan, log, vllm_log, waits, say=say)
     finally:
         stop_ray(plan, node_address=plan.node_address)
@@ -279,9 +281,14 @@ def _port(plan: LaunchPlan) -> int:
 def run(resolved: ResolvedConfig) -> int:
     """`rlkit train` with TRAINER=verl: print this node's plan, then execute that same object."""
     from rlkit.config.paths import RunPaths
+    from rlkit.launch.nodes import has_nvidia_gpu
     from rlkit.launch.plan import build_plan
 
     c = resolved.config
+    if not has_nvidia_gpu():
+        raise LaunchError("TRAINER=verl runs verl's trainer and vLLM on NVIDIA GPUs, and this machine has none; "
+                          "nothing was started", fix="run it on the cluster's nodes (docs/cluster.md), or set "
+                          "TRAINER=local for the embedded CPU trainer")
     plan = build_plan(resolved)
     print(plan.render(), flush=True)
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME, c.EXP_NAME)

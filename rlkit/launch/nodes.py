@@ -76,3 +76,10 @@ def this_node_address(head_address: str, node_ip: str = "") -> str:
             return str(probe.getsockname()[0])
     except OSError:
         return "127.0.0.1"
+
+
+def has_nvidia_gpu() -> bool:
+    """Does this machine show an NVIDIA driver (where verl's GPU processes can run)?"""
+    from pathlib import Path
+
+    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()

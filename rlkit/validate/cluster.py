@@ -43,9 +43,9 @@ def required_packages(ctx: Context) -> dict[str, tuple[str, str]]:
 
 
 def has_nvidia_gpu() -> bool:
-    from pathlib import Path
+    from rlkit.launch.nodes import has_nvidia_gpu as nvidia
 
-    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()
+    return nvidia()
 
 
 def cluster_packages(ctx: Context) -> list[Finding]:

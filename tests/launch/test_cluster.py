@@ -73,7 +73,7 @@ def test_every_command_executed_is_the_plan_dry_run_prints(ws, monkeypatch) -> N
 
     monkeypatch.setattr(cluster.subprocess, "run", lambda argv, **kw: ran.append(argv) or Done())
     monkeypatch.setattr(cluster.subprocess, "Popen", Proc)
-    monkeypatch.setattr(cluster, "ray_nodes", lambda address: [{"address": "127.0.0.1", "gpus": 2}])
+    monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "127.0.0.1", "gpus": 2}])
     logs = ws.root / "out" / "logs"
     rc = cluster.execute(plan, log=logs / "exp.log", vllm_log=logs / "exp_vllm.log", gpus_per_node=2,
                          waits=cluster.Waits(poll_s=0.01), say=lambda _: None)
@@ -87,7 +87,7 @@ def test_every_command_executed_is_the_plan_dry_run_prints(ws, monkeypatch) -> N
 
 
 def test_missing_nodes_are_named_after_the_wait(monkeypatch) -> None:
-    monkeypatch.setattr(cluster, "ray_nodes", lambda address: [{"address": "10.0.0.1", "gpus": 8},
+    monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "10.0.0.1", "gpus": 8},
                                                                {"address": "10.0.0.2", "gpus": 4}])
     with pytest.raises(LaunchError) as err:
         cluster.wait_for_nodes("10.0.0.1:6379", 3, 8, cluster.Waits(nodes_s=0.0), say=lambda _: None)
