@@ -86,6 +86,9 @@ class RunLock:
                             f"started {old.get('started')}; lock {self.path})", key="EXP_NAME",
                             fix="wait for it, stop it (kill PID), or pick another EXP_NAME")
         self.previous = old
+        from rlkit.config.owner import claim_ownership
+
+        claim_ownership()  # what the run starts from now on (Ray, its actors, sandboxes) names this trainer
         _write(self.path, self.data)
         self._thread = threading.Thread(target=self._beat, name="rlkit-lock-heartbeat", daemon=True)
         self._thread.start()

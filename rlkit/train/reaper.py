@@ -64,7 +64,7 @@ def reap(lock_path: Path, trainer_pid: int) -> str:
     lock = read_lock(lock_path)
     if lock is None or int(lock.get("pid", -1)) != trainer_pid:
         return "trainer finished cleanly"
-    from rlkit.ops.cleanup import cleanup
+    from rlkit.ops.cleanup import Policy, cleanup
 
     # Ray's workers first: a live rollout worker would go on starting sandboxes behind the cleanup
     stopped = stop_processes(lock.get("children") or [])
@@ -73,7 +73,8 @@ def reap(lock_path: Path, trainer_pid: int) -> str:
     project, exp = lock.get("project"), lock.get("exp")
     # training and validation sandboxes of this run only; never a wider cleanup
     for name in ((exp, f"{exp}_val") if project and exp else ()):
-        removed += len(cleanup(project, name, k8s=False).removed)
+        # this run is named and known dead: force, so a sandbox labelled by a still-running actor goes too
+        removed += len(cleanup(project, name, k8s=False, policy=Policy(lock_path.parent.parent, force=True)).removed)
     if read_lock(lock_path) == lock:
         lock_path.unlink(missing_ok=True)
     return (f"trainer pid {trainer_pid} died at step {lock.get('step')} ({lock.get('phase')}): removed "
