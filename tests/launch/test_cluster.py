@@ -108,7 +108,7 @@ def test_vllm_throughput_lines_are_gathered_from_ray_worker_logs(tmp_path: Path)
 
 
 def _node(ws, cfg: Path, node_ip: str, ray_tmp: Path) -> subprocess.Popen:
-    env = {**os.environ, **ws.environ(NODE_IP=node_ip), "RAY_TMPDIR": str(ray_tmp), "RAY_AUTH_MODE": "token",
+    env = {**os.environ, **ws.environ(NODE_IP=node_ip), "RAY_TMPDIR": str(ray_tmp),
            "RAY_gcs_rpc_server_reconnect_timeout_s": "5", "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, str(Path(__file__).with_name("_node.py")), str(cfg)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
