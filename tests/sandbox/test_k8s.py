@@ -213,9 +213,16 @@ def test_fake_k8s_unknown_option_is_rejected(task: Path, tmp_path: Path) -> None
         make_k8s_env(task, tmp_path, namespce="typo")
 
 
-def test_fake_k8s_cleanup_deletes_labelled_pods_by_project(tmp_path: Path, task: Path) -> None:
+def test_fake_k8s_cleanup_deletes_labelled_pods_by_project(tmp_path: Path, task: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
     from rlkit.ops.cleanup import CleanupReport, clean_k8s
 
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setenv("RLKIT_OWNER_PID", str(gone.pid))  # the pods' owner is dead: they are orphans
     core = FakeCoreV1Api(pending_reads=0)
     for project in ("a", "a", "b"):
         asyncio.run(make_k8s_env(task, tmp_path, core=core, project=project).start(force_build=False))
@@ -233,6 +240,19 @@ def test_fake_k8s_cleanup_deletes_labelled_pods_by_project(tmp_path: Path, task:
     again = CleanupReport()
     clean_k8s(again, "a", None, namespace="rlkit", core_api=core)
     assert again.nothing_done
+
+
+def test_fake_k8s_cleanup_keeps_live_and_other_users_pods(tmp_path: Path, task: Path) -> None:
+    from rlkit.ops.cleanup import CleanupReport, Policy, clean_k8s
+
+    core = FakeCoreV1Api(pending_reads=0)
+    asyncio.run(make_k8s_env(task, tmp_path, core=core, project="a", experiment="e").start(force_build=False))
+    report = CleanupReport()
+    clean_k8s(report, "a", None, namespace="rlkit", core_api=core)  # this process owns it: live
+    assert report.removed == [] and "live: owner pid" in report.kept[0].detail and len(core.pods) == 1
+    report = CleanupReport()
+    clean_k8s(report, "a", "e", namespace="rlkit", core_api=core, policy=Policy(tmp_path, force=True))
+    assert [r.kind for r in report.removed] == ["pod"] and core.pods == {}
 
 
 @pytest.mark.docker
