@@ -50,6 +50,8 @@ class Policy:
     other_users: bool = False  # also other users' sandboxes (orphans; live ones with force)
 
     def decide(self, labels: dict[str, str], experiment: str | None) -> tuple[bool, str]:
+        if experiment and _owned_by_caller(labels):  # a trainer tearing down its own run
+            return True, "the caller's own run"
         state, why = verdict(labels, self.output_root, any_user=self.other_users)
         if state is Verdict.ORPHAN:
             return True, f"orphan: {why}"
@@ -59,6 +61,12 @@ class Policy:
             return False, f"{why}; left alone (--other-users removes other users' orphans)"
         hint = "; name the run and pass --force to remove" if state is Verdict.LIVE else ""
         return False, f"{state.value}: {why}{hint}"
+
+
+def _owned_by_caller(labels: dict[str, str]) -> bool:
+    from rlkit.config.owner import host
+
+    return labels.get(L.OWNER_PID) == str(os.getpid()) and labels.get(L.OWNER_HOST) == L.label_value(host())
 
 
 def _describe(labels: dict[str, str]) -> str:

@@ -73,3 +73,13 @@ def test_policy_force_needs_the_named_run_and_other_users_need_a_flag(tmp_path: 
     assert Policy(tmp_path, force=True).decide(live, "e")[0]
     assert not Policy(tmp_path).decide(theirs, None)[0]
     assert Policy(tmp_path, other_users=True).decide(theirs, None)[0]
+
+
+def test_a_named_live_run_of_another_process_needs_force(tmp_path: Path) -> None:
+    import psutil
+
+    parent = psutil.Process(os.getppid())  # alive, and not the caller
+    other = _labels(**{L.OWNER_PID: str(parent.pid), L.OWNER_START: f"{parent.create_time():.2f}"})
+    assert not Policy(tmp_path).decide(other, "e")[0]
+    assert Policy(tmp_path, force=True).decide(other, "e")[0]
+    assert Policy(tmp_path).decide(_labels(), "e") == (True, "the caller's own run")  # a trainer's own teardown
