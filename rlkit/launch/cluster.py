@@ -74,7 +74,7 @@ def start_head(plan: LaunchPlan, say: Callable[[str], None] = print) -> None:
     proc = subprocess.run(plan.ray_head.argv, env=_env(plan.ray_head), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise LaunchError(f"`ray start --head` failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-1500:]}",
-                          fix="`ray stop` a Ray left over from an earlier run (rlkit cleanup --all), or free RAY_PORT")
+                          fix="`rlkit cleanup CFG` stops a Ray a dead run left; `ray stop` one you started by hand; or free RAY_PORT")
 
 
 def ray_nodes(address: str, env: dict[str, str] | None = None) -> list[dict]:
