@@ -2,8 +2,8 @@
 
 Rank 0: write the plan's files, start the Ray head, wait until NNODES nodes and their
 GPUs registered, then run verl's trainer with the plan's overrides; its output is tee'd
-to logs/<exp>.log, vLLM's throughput lines are gathered from the Ray actors' logs into
-logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
+to logs/<exp>.log, vLLM's throughput lines (forwarded by Ray from the replicas on every node)
+are gathered into logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
 proxy runs inside verl's agent-loop workers (see rlkit.train.verl_agent_loop), bound to
 the plan's proxy address. Every other rank: write the files, join Ray as a worker and
 block until the head goes away, then exit cleanly.
@@ -119,52 +119,14 @@ def wait_for_nodes(address: str, nnodes: int, gpus_per_node: int, waits: Waits,
         time.sleep(waits.poll_s)
 
 
-def ray_logs_dir() -> Path:
-    """This node's Ray session logs (Ray's own rule: RAY_TMPDIR, else TMPDIR, else /tmp; then ray/)."""
-    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
-    return Path(base) / "ray" / "session_latest" / "logs"
-
-
-class VllmLogGatherer(threading.Thread):
-    """Copies vLLM's throughput lines from the Ray workers' logs into one file, as they appear."""
-
-    def __init__(self, logs_dir: Path, out: Path, poll_s: float = 2.0) -> None:
-        super().__init__(name="rlkit-vllm-log", daemon=True)
-        self.logs_dir, self.out, self.poll_s = logs_dir, out, poll_s
-        self.offsets: dict[Path, int] = {}
-        self.stop_event = threading.Event()
-
-    def scan(self) -> int:
-        found = 0
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        with self.out.open("a") as sink:
-            for path in sorted(self.logs_dir.glob("worker-*.*")) if self.logs_dir.is_dir() else []:
-                with path.open("rb") as source:
-                    source.seek(self.offsets.get(path, 0))
-                    chunk = source.read()
-                    self.offsets[path] = source.tell()
-                for line in chunk.decode(errors="replace").splitlines():
-                    if VLLM_THROUGHPUT.search(line):
-                        sink.write(line.rstrip() + "\n")
-                        found += 1
-        return found
-
-    def run(self) -> None:
-        while not self.stop_event.wait(self.poll_s):
-            self.scan()
-        self.scan()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=10)
-
-
 def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
-                ray_logs: Path | None = None, say: Callable[[str], None] = print) -> int:
-    """The trainer command, tee'd to `log`; progress while the replicas boot; its exit code."""
+                say: Callable[[str], None] = print) -> int:
+    """The trainer command, tee'd to `log`; vLLM's throughput lines also to `vllm_log`;
+    progress while the replicas boot; its exit code.
+
+    Ray forwards every actor's output, on every node, to the driver (log_to_driver, on in
+    verl's ray.init), so the trainer's own stream carries the replicas' stats lines."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    gatherer = VllmLogGatherer(ray_logs or ray_logs_dir(), vllm_log)
-    gatherer.start()
     say(f"$ {plan.trainer.render()}")
     proc = subprocess.Popen(plan.trainer.argv, env=_env(plan.trainer), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -183,11 +145,14 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
 
     threading.Thread(target=progress, name="rlkit-replica-wait", daemon=True).start()
     try:
-        with log.open("a") as sink:
+        with log.open("a") as sink, vllm_log.open("a") as vllm_sink:
             assert proc.stdout is not None
             for line in proc.stdout:
                 sink.write(line)
                 sink.flush()
+                if VLLM_THROUGHPUT.search(line):
+                    vllm_sink.write(line)
+                    vllm_sink.flush()
                 print(line, end="", flush=True)
                 if not ready.is_set() and REPLICAS_READY.search(line):
                     ready.set()
@@ -198,7 +163,6 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
         return proc.wait()
     finally:
         ready.set()
-        gatherer.stop()
 
 
 def ray_processes(head: str, port: int, node_address: str | None = None) -> list:
