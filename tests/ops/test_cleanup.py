@@ -49,16 +49,16 @@ def test_cleanup_after_kill_9_of_a_process_with_8_sandboxes(tmp_path: Path, base
     # The containers outlive their owner: only the labels can find them now.
     assert len(_labelled(docker_api, project)) == 8
 
-    dry = _rlkit("cleanup", "--project", project, "--dry-run")
+    dry = _rlkit("cleanup", "--project", project, "--sandboxes-only", "--dry-run")
     assert dry.stdout.count("would remove container") == 8 and len(_labelled(docker_api, project)) == 8
 
-    first = _rlkit("cleanup", "--project", project)
+    first = _rlkit("cleanup", "--project", project, "--sandboxes-only")
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("removed container") == 8
     assert f"project={project}" in first.stdout
     assert _labelled(docker_api, project) == []
 
-    second = _rlkit("cleanup", "--project", project)
+    second = _rlkit("cleanup", "--project", project, "--sandboxes-only")
     assert second.returncode == 0
     assert second.stdout.strip() == "nothing to clean"
 
