@@ -230,6 +230,7 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
                          teacher_rewards=meta.get("teacher_rewards", {}))
 
     # one scratch dir per process: two runs building the same model never share files
+    _remove_dead_partials(out)
     work = out.with_name(f"{out.name}.partial-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     log(f"warm start: recording {len(task_dirs)} teacher trajectories ({settings.scaffold})")
@@ -254,3 +255,13 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
         shutil.rmtree(work, ignore_errors=True)
     return SftResult(model_dir=out, cached=False, record_s=record_s, finetune_s=finetune_s, losses=losses,
                      teacher_rewards=rewards)
+
+
+def _remove_dead_partials(out: Path) -> None:
+    """Scratch dirs of runs that died (killed mid fine-tune) next to `out`."""
+    import psutil
+
+    for partial in out.parent.glob(f"{out.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(partial, ignore_errors=True)
