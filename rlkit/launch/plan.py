@@ -123,7 +123,8 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     if "file" in c.LOGGER:
         env["VERL_FILE_LOGGER_PATH"] = str(run_paths.jsonl)
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:
-        env["WANDB_API_KEY"] = "****"  # the real key is passed through the environment, never printed
+        # the real key (it may come from site.env, not only the process env); render() masks it by value
+        env["WANDB_API_KEY"] = c.WANDB_API_KEY
     trainer = Command("verl trainer", [sys.executable, "-m", TRAINER_MODULE, *overrides], env)
     separate = c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC
     rollout_gpus = (c.N_NODES_ROLLOUT if separate else c.N_NODES_TRAIN) * c.GPUS_PER_NODE

@@ -122,3 +122,17 @@ def test_dry_run_command_is_accepted_by_verl_main_ppo(ws) -> None:
                            *argv[start + 3:]], capture_output=True, text=True, check=False)
     assert verl.returncode == 0, verl.stderr[-2000:]
     assert "trainer_mode: separate_async" in verl.stdout and "loss_mode: gspo" in verl.stdout
+
+
+def test_trainer_env_carries_the_real_wandb_key_and_the_render_masks_it(tmp_path) -> None:
+    """A key set in site.env must reach the trainer process; the printed plan never shows it."""
+    from rlkit.config.resolve import resolve
+    from rlkit.launch.plan import build_plan
+
+    secret = "wandb-secret-0123456789abcdef"
+    cfg = tmp_path / "run.env"
+    cfg.write_text("PROJECT_NAME=p\nEXP_NAME=e\nLOGGER=console,wandb\nGPUS_PER_NODE=1\nNNODES=1\n"
+                   f"WANDB_API_KEY={secret}\n")
+    plan = build_plan(resolve(cfg))
+    assert plan.trainer.env["WANDB_API_KEY"] == secret
+    assert secret not in plan.render()
