@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlkit.config.secrets import mask_secrets
 from rlkit.errors import LaunchError
 from rlkit.launch.plan import Command, LaunchPlan
 
@@ -148,6 +149,7 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
         with log.open("a") as sink, vllm_log.open("a") as vllm_sink:
             assert proc.stdout is not None
             for line in proc.stdout:
+                line = mask_secrets(line, plan.secrets)  # what verl or wandb print never shows a secret
                 sink.write(line)
                 sink.flush()
                 if VLLM_THROUGHPUT.search(line):

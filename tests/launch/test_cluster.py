@@ -170,3 +170,27 @@ def test_dry_run_trainer_line_composes_in_verl_and_names_a_loadable_agent_loop(w
     settings = OmegaConf.to_container(entry.rlkit)
     EngineConfig(**settings["engine"], model_name="m", proxy_url="http://127.0.0.1:1")
     assert settings["proxy"]["host"] == "127.0.0.1"  # docker sandboxes: loopback, never 0.0.0.0
+
+
+def test_the_trainer_log_never_holds_a_secret(ws, monkeypatch, capsys) -> None:
+    """verl prints its config and wandb its settings; the tee masks secrets by value."""
+    secret = "wandb-secret-0123456789abcdef"
+    plan = build_plan(resolve(ws.config(LOGGER="console,wandb"), {**ws.environ(), "WANDB_API_KEY": secret}))
+    assert secret in plan.secrets
+
+    class Proc:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            self.stdout = iter([f"wandb: api_key={secret}\n", "step:1 - x:1\n"])
+
+        def poll(self) -> int:
+            return 0
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(cluster.subprocess, "Popen", Proc)
+    log = ws.root / "out" / "logs" / "exp.log"
+    assert cluster.run_trainer(plan, log, log.with_name("exp_vllm.log"), cluster.Waits(poll_s=0.01),
+                               say=lambda _: None) == 0
+    assert secret not in log.read_text() and "api_key=****" in log.read_text()
+    assert secret not in capsys.readouterr().out
