@@ -32,15 +32,20 @@ RUNNERS: dict[str, str] = {
 }
 
 
-def _dry_run_plan(resolved: ResolvedConfig):
-    """The plan, with its files written (the agent-loop YAML the trainer line names), so the
-    printed commands can be pasted as they are; nothing is launched."""
+def _dry_run_text(resolved: ResolvedConfig) -> str:
+    """What the chosen trainer will run. verl: the launch plan, with its files written (the
+    agent-loop YAML the trainer line names), so the printed commands can be pasted as they are.
+    local: the embedded trainer's vLLM, proxy and Ray. Nothing is launched."""
+    if resolved.config.TRAINER.value == "local":
+        from rlkit.train.local import dry_run_text
+
+        return dry_run_text(resolved)
     from rlkit.launch.cluster import write_files
     from rlkit.launch.plan import build_plan
 
     plan = build_plan(resolved)
     write_files(plan)
-    return plan
+    return plan.render()
 
 
 def run_trainer(resolved: ResolvedConfig) -> int:
@@ -80,7 +85,7 @@ def main(argv: list[str]) -> int:
         if not report.ok:
             print(report.render(block=False))
             return EXIT_FATAL
-        print(_dry_run_plan(report.resolved).render())
+        print(_dry_run_text(report.resolved))
         return 0
     report = run_preflight(args.config)
     print(report.render(block=not args.quiet))
@@ -88,7 +93,7 @@ def main(argv: list[str]) -> int:
         return EXIT_FATAL
     if switches.DRY_RUN:
         print()
-        print(_dry_run_plan(report.resolved).render())
+        print(_dry_run_text(report.resolved))
     if switches.PREFLIGHT_ONLY or switches.DRY_RUN:
         return 0
     print(flush=True)

@@ -200,6 +200,25 @@ class Inference:
         log.info("proxy ready on %s", self.proxy.url)
         return self
 
+    def planned_commands(self) -> dict[str, str]:
+        """What start() would run, rendered without starting anything (DRY_RUN of the local trainer).
+        The vLLM port is a free one picked now; start() picks its own."""
+        from rlkit.errors import UserError
+        from rlkit.launch.proxy_process import serve_command
+
+        server = VllmServer(self.vllm_config(self.config.model_path, self.config.vllm_port))
+        try:
+            vllm = " ".join(server.command())
+        except UserError as exc:  # the vLLM venv is missing: preflight names it too
+            vllm = f"(not runnable here: {exc})"
+        self.vllm = server
+        try:
+            proxy = ("in this process (BackgroundProxy)" if self.config.proxy_in_process
+                     else " ".join(serve_command(self._proxy_config())))
+        finally:
+            self.vllm = None
+        return {"vllm": vllm, "proxy": proxy}
+
     def close(self) -> None:
         """Stop the proxy, then vLLM; safe to call twice and after a failed start."""
         proxy, self.proxy = self.proxy, None
