@@ -124,7 +124,9 @@ def test_process_cleanup_stops_only_orphans_of_dead_owners(tmp_path: Path) -> No
         report = CleanupReport()
         clean_processes(report, [tmp_path])
         check_ports(report, ports)
-        assert [r.name for r in report.removed] == [str(orphan.pid)]
+        # other orphans of dead runs on this machine may go too; ours must, the live ones must not
+        assert str(orphan.pid) in [r.name for r in report.removed]
+        assert {str(live.pid), str(theirs.pid)}.isdisjoint(r.name for r in report.removed)
         orphan.wait(timeout=10)  # stopped (psutil reaped it, so its exit status reads 0 here)
         assert live.poll() is None and theirs.poll() is None
         assert any(f"port {ports[2]}" in w and "not rlkit's" in w for w in report.warnings)
