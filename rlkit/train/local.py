@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 SEED = 0
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
+LOCAL_RAY_ADDRESS = "127.0.0.2"
 RAY_START_ATTEMPTS = 3
 
 
@@ -103,7 +104,10 @@ def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
         try:
             ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
                      object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
-                     namespace=f"rlkit-{paths.project}-{paths.exp}")
+                     namespace=f"rlkit-{paths.project}-{paths.exp}",
+                     # a one-machine Ray talks over loopback only; Ray swaps 127.0.0.1 for the host's
+                     # address, not the rest of 127/8
+                     _node_ip_address=LOCAL_RAY_ADDRESS)
             break
         except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
             ray.shutdown()

@@ -32,7 +32,7 @@ def servers(tmp: Path, model_dir: str, ray_port: int) -> dict:
 
     ray = Path(sys.executable).with_name("ray")
     subprocess.run([str(ray), "start", "--head", "--num-cpus=1", "--include-dashboard=false", f"--port={ray_port}",
-                    "--node-ip-address=127.0.0.1", "--disable-usage-stats"], check=True, capture_output=True)
+                    "--node-ip-address=127.0.0.2", "--disable-usage-stats"], check=True, capture_output=True)
     # a scratch path too long for unix sockets: vLLM's IPC sockets go to a short /tmp/rlkit-vllm-* dir
     vllm = VllmServer(VllmServerConfig(model_path=model_dir, exp_name="leftovers", served_model_name="tiny",
                                        max_model_len=2048, log_dir=tmp / "logs", die_with_parent=False,

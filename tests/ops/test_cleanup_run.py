@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -147,7 +148,6 @@ def _kind(proc: psutil.Process) -> str | None:
 
 def _ray_sessions(proc: psutil.Process) -> set[str]:
     try:
-        return {part.split("/")[0] for part in " ".join(proc.cmdline()).split("/tmp/ray/")[1:]
-                if part.startswith("session_2")}
+        return set(re.findall(r"/tmp/ray/(session_2[0-9_-]+)", " ".join(proc.cmdline())))
     except psutil.Error:
         return set()

@@ -74,9 +74,11 @@ async def _generating(client: httpx.AsyncClient, sid: str, server: Any) -> async
     """A long generation in flight (vLLM reports it running)."""
     task = asyncio.create_task(client.post(f"/s/{sid}/v1/chat/completions",
                                            json={"messages": [{"role": "user", "content": "count"}], **LONG}))
-    for _ in range(300):
+    for _ in range(600):  # a loaded machine may take a while to schedule it
         if await running_requests(server) >= 1:
             return task
+        if task.done():
+            raise AssertionError(f"the generation ended before vLLM reported it running: {task.result().text[:300]}")
         await asyncio.sleep(0.1)
     raise AssertionError("vLLM never started the generation")
 

