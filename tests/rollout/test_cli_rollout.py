@@ -24,8 +24,12 @@ def _index(path: Path, tasks: list[str]) -> Path:
 def _train_files_finding(filtered: Path):
     from rlkit.validate.preflight import run_preflight
 
-    report = run_preflight(EMBEDDED, environ={"TRAIN_FILES": str(filtered), "VAL_FILES": str(filtered)},
-                           only=["data_files"])
+    # TRAIN_FILES is a run key (the process env cannot override it): the embedded config, pointed at `filtered`
+    lines = [line for line in EMBEDDED.read_text().splitlines()
+             if not line.startswith(("TRAIN_FILES=", "VAL_FILES="))]
+    config = filtered.with_name("run.env")
+    config.write_text("\n".join([*lines, f"TRAIN_FILES={filtered}", f"VAL_FILES={filtered}", ""]))
+    report = run_preflight(config, only=["data_files"])
     [finding] = [f for f in report.findings if "TRAIN_FILES" in f.message]
     return finding
 
