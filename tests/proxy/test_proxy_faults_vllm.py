@@ -85,7 +85,7 @@ async def _generating(client: httpx.AsyncClient, sid: str, server: Any) -> async
 
 def test_a_sigstopped_vllm_gives_clean_errors_within_the_bound(own_vllm: Any) -> None:
     async def body() -> None:
-        async with proxy_for(own_vllm, first_token_timeout_s=5, token_timeout_s=5) as (_proxy, client):
+        async with proxy_for(own_vllm, first_token_timeout_s=20, token_timeout_s=5) as (_proxy, client):
             # stopped mid-generation: the token timeout ends the call
             task = await _generating(client, "mid", own_vllm)
             await asyncio.sleep(0.5)
