@@ -71,15 +71,17 @@ async def running_requests(server: Any) -> float:
 
 
 async def _generating(client: httpx.AsyncClient, sid: str, server: Any) -> asyncio.Task:
-    """A long generation in flight (vLLM reports it running)."""
+    """A long generation in flight: its session is open on the proxy. (vLLM's own running gauge is
+    sampled, and an idle machine can finish the whole generation before it shows.)"""
     task = asyncio.create_task(client.post(f"/s/{sid}/v1/chat/completions",
                                            json={"messages": [{"role": "user", "content": "count"}], **LONG}))
     for _ in range(600):  # a loaded machine may take a while to schedule it
-        if await running_requests(server) >= 1:
+        if sid in (await client.get("/sessions")).json()["sessions"]:  # the call has reached the proxy
+            await asyncio.sleep(0.3)  # and vLLM is past its first tokens (4000 take seconds)
             return task
         if task.done():
-            raise AssertionError(f"the generation ended before vLLM reported it running: {task.result().text[:300]}")
-        await asyncio.sleep(0.1)
+            raise AssertionError(f"the generation ended before it was seen in flight: {task.result().text[:300]}")
+        await asyncio.sleep(0.02)
     raise AssertionError("vLLM never started the generation")
 
 
