@@ -72,6 +72,29 @@ def same_process_alive(pid: int, start: float | None) -> bool:
     return start is None or abs(now - start) < START_TOLERANCE_S
 
 
+def stop_processes(procs: list, grace_s: float) -> list[str]:
+    """SIGTERM psutil processes, wait up to `grace_s`, SIGKILL the rest and wait for them again;
+    the errors of kills that failed (a process that vanished is not an error)."""
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, still = psutil.wait_procs(procs, timeout=grace_s)
+    errors = []
+    for proc in still:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.Error as exc:
+            errors.append(f"pid {proc.pid}: {exc}")
+    psutil.wait_procs(still, timeout=grace_s)
+    return errors
+
+
 def owner_env() -> dict[str, str]:
     """Environment a launcher gives its children: this process (or the owner it inherited) owns them."""
     pid = os.environ.get(OWNER_PID_ENV)

@@ -187,20 +187,9 @@ def ray_processes(head: str, port: int, node_address: str | None = None) -> list
 
 
 def stop_ray(plan: LaunchPlan, node_address: str | None = None, grace_s: float = 10.0) -> None:
-    import psutil
+    from rlkit.config.owner import stop_processes
 
-    procs = ray_processes(plan.head_address, _port(plan), node_address)
-    for proc in procs:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
+    stop_processes(ray_processes(plan.head_address, _port(plan), node_address), grace_s)
 
 
 def join_as_worker(plan: LaunchPlan, say: Callable[[str], None] = print) -> int:

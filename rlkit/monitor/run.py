@@ -9,12 +9,12 @@ processes are found by the experiment name on their command lines.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlkit.config.owner import read_lock
 from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
 
@@ -77,14 +77,6 @@ def locate(target: str | None, root: Path | None = None) -> RunRef:
         except UserError:
             pass
     return ref
-
-
-def read_lock(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _role(cmdline: str) -> str | None:

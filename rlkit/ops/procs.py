@@ -151,18 +151,7 @@ def stop(procs: list[Proc]) -> tuple[list[Proc], list[str]]:
                 targets.append((p, live))
         except psutil.Error:
             continue
-    for _, live in targets:
-        try:
-            live.terminate()
-        except psutil.Error:
-            pass
-    _, still = psutil.wait_procs([live for _, live in targets], timeout=TERM_GRACE_S)
-    for live in still:
-        try:
-            live.kill()
-        except psutil.Error as exc:
-            errors.append(f"pid {live.pid}: {exc}")
-    psutil.wait_procs(still, timeout=TERM_GRACE_S)
+    errors += O.stop_processes([live for _, live in targets], TERM_GRACE_S)
     return [p for p, _ in targets], errors
 
 

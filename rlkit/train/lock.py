@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlkit.config.owner import read_lock
 from rlkit.errors import UserError
 
 HEARTBEAT_S = 15.0
@@ -32,11 +33,6 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def read_lock(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def pid_alive(pid: int) -> bool:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlkit.config.owner import stop_processes as terminate_then_kill
 from rlkit.train.lock import pid_alive, read_lock
 
 POLL_S = 1.0
@@ -45,18 +46,7 @@ def stop_processes(children: list[list[float]]) -> list[int]:
                 alive.append(proc)
         except psutil.Error:
             continue
-    for proc in alive:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, still = psutil.wait_procs(alive, timeout=TERM_GRACE_S)
-    for proc in still:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(still, timeout=TERM_GRACE_S)  # gone before the lock says the run is over
+    terminate_then_kill(alive, TERM_GRACE_S)  # gone before the lock says the run is over
     return [p.pid for p in alive]
 
 

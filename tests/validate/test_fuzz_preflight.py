@@ -263,6 +263,10 @@ def test_cli_subprocess_invariants(fuzz_base, extra_run: str, extra_site: str, m
             assert "(" in line or any(k in line for k in KEYS), line  # names a file:line or a key
 
 
-def test_zz_report_how_many_inputs_were_tried(capsys) -> None:
-    with capsys.disabled():
-        print(f"\nfuzz inputs tried: {TRIED} (RLKIT_FUZZ_EXAMPLES={EXAMPLES}, seed {SEED_VALUE})")
+@pytest.fixture(scope="module", autouse=True)
+def _report_how_many_inputs_were_tried(request: pytest.FixtureRequest):
+    """Prints, after this module's tests, how many inputs the fuzz tried (the long run's figure)."""
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"fuzz inputs tried: {TRIED} (RLKIT_FUZZ_EXAMPLES={EXAMPLES}, seed {SEED_VALUE})")
