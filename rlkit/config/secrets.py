@@ -6,7 +6,8 @@ an error that quotes a rejected line, a command in the launch plan, a log line. 
 output is masked by the secret's value, not by the key that printed it:
 
     text = mask_secrets(text, resolved)          # check, DRY_RUN, the launch plan
-    logging.getLogger().addFilter(SecretFilter(secret_values(resolved)))   # logs
+    handler.addFilter(SecretFilter(secret_values(resolved)))   # logs: on handlers (a logger's own
+                                                               # filters miss propagated records)
 
 Values shorter than MIN_SECRET_CHARS are not masked inside other text (masking "1"
 would garble every number); the configuration block still hides them whole.

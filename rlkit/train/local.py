@@ -46,6 +46,32 @@ def total_steps(cfg: RunConfig, n_rows: int) -> int:
     return max(1, n_rows // cfg.TRAIN_BSZ) * cfg.TOTAL_EPOCHS
 
 
+def tracking_config(resolved: ResolvedConfig) -> dict[str, str]:
+    """The run's keys as W&B / TensorBoard see them: secret keys left out, secret values masked
+    wherever another value repeats them (`EXP_NAME=run-${WANDB_API_KEY}`)."""
+    from rlkit.config.schema import is_secret
+    from rlkit.config.secrets import mask_secrets
+
+    return {k: mask_secrets(str(v), resolved) for k, v in resolved.config.model_dump().items() if not is_secret(k)}
+
+
+@contextlib.contextmanager
+def secrets_masked_in_logs(resolved: ResolvedConfig) -> Iterator[None]:
+    """Every root-logger handler masks the run's secret values while the run lasts (a filter on the
+    logger itself would miss the records that child loggers propagate)."""
+    from rlkit.config.secrets import SecretFilter
+
+    secret_filter = SecretFilter(resolved.secrets)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(secret_filter)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(secret_filter)
+
+
 def latest_step(checkpoints: Path) -> int:
     """verl's `latest_checkpointed_iteration.txt` (0 when there is none)."""
     marker = checkpoints / "latest_checkpointed_iteration.txt"
@@ -203,10 +229,8 @@ class LocalTrainer:
                 for exp in (self.paths.exp, self.paths.val_exp):
                     cleanup(self.paths.project, exp, k8s=False, log=self.progress.note)
             metrics_log = MetricsLog(self.paths, self.cfg.LOGGER, echo=self.progress.note,
-                                     wandb_key=self.cfg.WANDB_API_KEY,
-                                     config={k: str(v) for k, v in self.cfg.model_dump().items()
-                                             if k != "WANDB_API_KEY"})
-            with self.progress:
+                                     wandb_key=self.cfg.WANDB_API_KEY, config=tracking_config(self.resolved))
+            with self.progress, secrets_masked_in_logs(self.resolved):
                 return self._train(lock, metrics_log)
         finally:
             # a second Ctrl-C / SIGTERM must not cut the teardown short

@@ -172,3 +172,32 @@ def test_reaper_process_exits_with_the_trainer(tmp_path: Path) -> None:
     trainer.wait()
     out, _ = reaper.communicate(timeout=30)
     assert reaper.returncode == 0 and "trainer finished cleanly" in out
+
+
+def test_tracking_config_and_logs_never_carry_a_secret(tmp_path: Path) -> None:
+    import logging
+
+    from rlkit.config.resolve import resolve
+    from rlkit.train.local import secrets_masked_in_logs, tracking_config
+
+    cfg = tmp_path / "run.env"
+    cfg.write_text("WANDB_API_KEY=wk-s3cr3t-value\nEXP_NAME=run-${WANDB_API_KEY}\n")
+    resolved = resolve(cfg, environ={})
+    config = tracking_config(resolved)
+    assert "WANDB_API_KEY" not in config and "s3cr3t" not in json.dumps(config)
+    assert config["EXP_NAME"] == "run-****"
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(self.format(record))
+
+    handler = Keep()
+    logging.getLogger().addHandler(handler)
+    try:
+        with secrets_masked_in_logs(resolved):
+            logging.getLogger("rlkit.train.anything").warning("key is %s", "wk-s3cr3t-value")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert records == ["key is ****"]
