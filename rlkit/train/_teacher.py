@@ -5,7 +5,9 @@ The proxy calls it exactly as it calls vLLM (`/v1/completions` with prompt token
 It decodes the prompt with the policy's tokenizer, finds which task the conversation is
 about (by its instruction) and answers with that task's oracle fix as one Terminus-2 JSON
 action: the solution's shell commands typed as keystrokes, with `task_complete`; when
-Terminus-2 asks to confirm completion, it confirms. The reply is tokenized with the same
+Terminus-2 asks to confirm completion, it confirms. Under a tool-calling scaffold (tools in
+the prompt) it calls the scaffold's shell tool with those commands instead, then ends the
+turn in plain text (`_teacher_tools`). The reply is tokenized with the same
 tokenizer and returned as vLLM would return it (ids ending in end-of-turn, logprob 0.0),
 so the proxy records the very token sequences the policy is later trained on.
 """
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
+
+from rlkit.train._teacher_tools import shell_tool, tool_reply
 
 CONFIRM_HINT = "Are you sure you want to mark the task as complete"
 CONFIRM_REPLY = {"analysis": "The fix is applied.", "plan": "Confirm.", "commands": [], "task_complete": True}
@@ -57,27 +61,33 @@ def action_text(action: dict[str, Any]) -> str:
 
 @dataclass
 class TeacherScript:
-    """Which reply a prompt gets: task key -> fix action text."""
+    """Which reply a prompt gets: task key -> the oracle's solve.sh."""
 
-    fixes: dict[str, str] = field(default_factory=dict)
+    solutions: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_task_dirs(cls, task_dirs: list[Path]) -> TeacherScript:
-        fixes = {}
+        solutions = {}
         for task_dir in task_dirs:
             instruction = (task_dir / "instruction.md").read_text()
-            solve = (task_dir / "solution" / "solve.sh").read_text()
-            fixes[_task_key(instruction)] = action_text(fix_action(solve))
-        return cls(fixes)
+            solutions[_task_key(instruction)] = (task_dir / "solution" / "solve.sh").read_text()
+        return cls(solutions)
+
+    def solution(self, prompt_text: str) -> str | None:
+        for key, solve in self.solutions.items():
+            if key in prompt_text:
+                return solve
+        return None
 
     def reply(self, prompt_text: str) -> str:
+        solve = self.solution(prompt_text)
+        tool = shell_tool(prompt_text)
+        if tool is not None:
+            return tool_reply(prompt_text, tool, solution_keystrokes(solve) if solve is not None else None)
         last_user = prompt_text.rsplit("<|im_start|>user", 1)[-1]
         if CONFIRM_HINT in last_user:
             return action_text(CONFIRM_REPLY)
-        for key, text in self.fixes.items():
-            if key in prompt_text:
-                return text
-        return action_text(GIVE_UP_REPLY)
+        return action_text(fix_action(solve) if solve is not None else GIVE_UP_REPLY)
 
 
 def _task_key(instruction: str) -> str:
