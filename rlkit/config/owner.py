@@ -5,7 +5,7 @@ reused pid. rlkit's launchers put the owner into the environment of what they st
 (`RLKIT_OWNER_PID` / `RLKIT_OWNER_START`), so a vLLM server, a proxy or a Ray daemon
 can be traced back to the run that started it after that run is gone.
 
-The run lock (`logs/<exp>.lock`, written by rlkit.train.lock) is read here too, so the
+The run lock (`logs/<exp>.lock`, written by rlkit.launch.lock) is read here too, so the
 floors above the trainers (ops, validate) read it without importing the trainer.
 psutil is imported lazily: `rlkit check` loads this module.
 """

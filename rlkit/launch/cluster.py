@@ -2,7 +2,7 @@
 
 Rank 0: write the plan's files, start the Ray head, wait until NNODES nodes and their
 GPUs registered, then run verl's trainer with the plan's overrides; its output is tee'd
-to logs/<exp>.log, vLLM's throughput lines (forwarded by Ray from the replicas on every node)
+to logs/<exp>.log (the run lock, logs/<exp>.lock, held meanwhile), vLLM's throughput lines (forwarded by Ray from the replicas on every node)
 are gathered into logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
 proxy runs inside verl's agent-loop workers (see rlkit.train.verl_agent_loop), bound to
 the plan's proxy address. Every other rank: write the files, join Ray as a worker and
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from rlkit.config.secrets import mask_secrets
 from rlkit.errors import LaunchError
+from rlkit.launch.lock import RunLock
 from rlkit.launch.plan import Command, LaunchPlan
 
 if TYPE_CHECKING:
@@ -215,18 +216,31 @@ def head_reachable(host: str, port: int, timeout_s: float = 2.0) -> bool:
 
 
 def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, waits: Waits,
-            say: Callable[[str], None] = print) -> int:
-    """Run this node's part of the plan; the trainer's exit code on rank 0."""
+            say: Callable[[str], None] = print, lock: RunLock | None = None) -> int:
+    """Run this node's part of the plan; the trainer's exit code on rank 0.
+
+    On rank 0 `lock` (logs/<exp>.lock) marks the run in flight from before the Ray head starts
+    until Ray is stopped: a second launch of the experiment refuses, status and cleanup find it,
+    and what the run starts carries this launcher as its owner."""
     write_files(plan)
     if not plan.node_is_head:
         return join_as_worker(plan, say)
-    start_head(plan, say)
+    if lock is not None:
+        lock.acquire()
+        lock.update(phase="ray")
     try:
-        wait_for_nodes(f"{plan.head_address}:{_port(plan)}", plan.nnodes, gpus_per_node, waits, say,
-                       env=_env(plan.trainer))  # the driver's Ray settings (token auth)
-        return run_trainer(plan, log, vllm_log, waits, say=say)
+        start_head(plan, say)
+        try:
+            wait_for_nodes(f"{plan.head_address}:{_port(plan)}", plan.nnodes, gpus_per_node, waits, say,
+                           env=_env(plan.trainer))  # the driver's Ray settings (token auth)
+            if lock is not None:
+                lock.update(phase="training")
+            return run_trainer(plan, log, vllm_log, waits, say=say)
+        finally:
+            stop_ray(plan, node_address=plan.node_address)
     finally:
-        stop_ray(plan, node_address=plan.node_address)
+        if lock is not None:
+            lock.release()
 
 
 def _port(plan: LaunchPlan) -> int:
@@ -247,5 +261,6 @@ def run(resolved: ResolvedConfig) -> int:
     plan = build_plan(resolved)
     print(plan.render(), flush=True)
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME, c.EXP_NAME)
+    lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path))
     return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
-                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S))
+                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock)

@@ -2,8 +2,9 @@
 
 Liveness reads files and the process table only: the run lock (logs/<exp>.lock, JSON written by
 the trainer: pid, host, heartbeat, step, phase, config), then the lock's process and its
-descendants classified as vLLM, proxy and Ray by command line. A verl run has no lock; its
-processes are found by the experiment name on their command lines.
+descendants classified as vLLM, proxy and Ray by command line. A verl run's lock is held by its
+launcher on rank 0 (`rlkit train`); a run without one (a worker node's view, an older run) is
+found by the experiment name on its processes' command lines.
 """
 
 from __future__ import annotations

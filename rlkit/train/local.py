@@ -210,7 +210,7 @@ class LocalTrainer:
 
     # ---- the run
     def run(self) -> int:
-        from rlkit.train.lock import RunLock
+        from rlkit.launch.lock import RunLock
         from rlkit.train.reaper import start_reaper
         from rlkit.train.runlog import MetricsLog
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from rlkit.config.owner import stop_processes as terminate_then_kill
-from rlkit.train.lock import pid_alive, read_lock
+from rlkit.launch.lock import pid_alive, read_lock
 
 POLL_S = 1.0
 TERM_GRACE_S = 5.0

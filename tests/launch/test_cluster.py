@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -194,3 +195,49 @@ def test_the_trainer_log_never_holds_a_secret(ws, monkeypatch, capsys) -> None:
                                say=lambda _: None) == 0
     assert secret not in log.read_text() and "api_key=****" in log.read_text()
     assert secret not in capsys.readouterr().out
+
+
+def test_rank_0_holds_the_run_lock_while_it_runs_and_a_second_launch_refuses(ws, monkeypatch) -> None:
+    from rlkit.config import owner
+    from rlkit.launch.lock import RunLock
+
+    monkeypatch.setattr(owner, "claim_ownership", lambda: None)  # keeps pytest's own environment as it is
+    plan = build_plan(resolve(ws.config(), ws.environ()))
+    logs = ws.root / "out" / "logs"
+    lock_path = logs / "exp.lock"
+    seen: list[dict] = []
+
+    class Done:
+        returncode = 0
+        stdout = stderr = ""
+
+    class Proc:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            seen.append(json.loads(lock_path.read_text()))  # the trainer starts under the lock
+            self.stdout = iter(["step:1 - x:1\n"])
+
+        def poll(self) -> int:
+            return 0
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(cluster.subprocess, "run", lambda argv, **kw: Done())
+    monkeypatch.setattr(cluster.subprocess, "Popen", Proc)
+    monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "127.0.0.1", "gpus": 2}])
+
+    def launch() -> int:
+        return cluster.execute(plan, log=logs / "exp.log", vllm_log=logs / "exp_vllm.log", gpus_per_node=2,
+                               waits=cluster.Waits(poll_s=0.01), say=lambda _: None,
+                               lock=RunLock(lock_path, project="p", exp="exp", config="cfg.env"))
+
+    assert launch() == 0
+    assert seen and seen[0]["pid"] == os.getpid() and seen[0]["phase"] == "training"
+    assert not lock_path.exists()  # released with Ray stopped
+
+    other = {**seen[0], "pid": os.getppid()}  # another launcher of the experiment, alive on this host
+    lock_path.write_text(json.dumps(other))
+    with pytest.raises(UserError, match="already running"):
+        launch()
+    assert len(seen) == 1  # nothing was started
+    assert json.loads(lock_path.read_text())["pid"] == os.getppid()  # its lock is left alone

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.config.paths import RunPaths
+from rlkit.launch import lock as lock_mod
 from rlkit.rollout.records import Outcome, StepResult, TokenSegment, TrialRecord
-from rlkit.train import lock as lock_mod
 from rlkit.train.local import due, latest_step, total_steps
 from rlkit.train.runlog import MetricsLog, console_line, read_jsonl
 from rlkit.train.step_metrics import rollout_metrics, val_metrics
