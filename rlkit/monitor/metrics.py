@@ -212,12 +212,17 @@ def step_lines_from_end(path: Path, max_bytes: int, chunk: int = 1 << 20) -> Ite
         f.close()
 
 
+def is_training_record(data: dict[str, float]) -> bool:
+    """A step that trained, not verl's validation-only line (val_before_train logs `step:0 - val-core/...`)."""
+    return any(not key.startswith(("val", "timing_s/testing")) for key in data)
+
+
 def first_record(paths: RunPaths) -> tuple[int, dict[str, float]] | None:
-    """The first step record near the start of the file (bounded: a run's first step is logged early)."""
+    """The first training step's record near the start of the file (bounded: a run's first step is logged early)."""
     path = metrics_file(paths)
     if path is None:
         return None
-    return next(iter(_records(lines_from_start(path))), None)
+    return next((r for r in _records(lines_from_start(path)) if is_training_record(r[1])), None)
 
 
 def _bounded(lines: Iterable[str], limit: int) -> Iterable[str]:

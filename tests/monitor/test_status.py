@@ -126,3 +126,16 @@ def test_process_roles_by_command_line() -> None:
 def test_a_run_not_started_yet(tmp_path: Path) -> None:
     text = render(collect(locate(str(_config(tmp_path, "fx-new")))))
     assert "not started" in text and "step     —/2" in text
+
+
+def test_a_validation_before_training_is_not_the_first_step(run_copy) -> None:
+    """verl's val_before_train (and the embedded trainer's) logs `step:0` with only val/ metrics."""
+    root = run_copy("healthy")
+    val_only = {"val-core/rlkit_tasks/reward/mean@8": 0.5, "val/pass@1": 0.5, "timing_s/testing": 300.0}
+    for name, line in (("fx-healthy.jsonl", json.dumps({"step": 0, "data": val_only})),
+                       ("fx-healthy.log", " - ".join(["step:0", *(f"{k}:{v}" for k, v in val_only.items())]))):
+        path = root / "logs" / name
+        path.write_text(line + "\n" + path.read_text())
+    status = collect(locate(str(_config(root, "fx-healthy"))))
+    assert status.first_step == 1
+    assert all(n.value != "n/a" for n in status.numbers)
