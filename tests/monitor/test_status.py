@@ -23,7 +23,8 @@ def _config(root: Path, exp: str, **keys: str) -> Path:
 
 def test_parser_mismatch_names_the_parser_and_the_dominant_outcome(run_copy) -> None:
     root = run_copy("parser")
-    status = collect(locate(str(_config(root, "fx-parser", TOOL_CALL_PARSER="hermes"))))
+    status = collect(locate(str(_config(root, "fx-parser", TOOL_CALL_PARSER="hermes", SCAFFOLD="oc",
+                                        MAX_PROMPT="10240", MAX_RESP="1024"))))
     early, reward, step_time = status.numbers
     assert early.mark == firststep.BAD and "TOOL_CALL_PARSER=hermes" in early.verdict
     assert reward.mark == firststep.BAD and "parse_error" in reward.verdict and "mean 0.000" in reward.value
