@@ -19,13 +19,16 @@ from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
 SERVED_NAME = "policy"
 
 
-def build_images(task_dirs: list[Path]) -> None:
-    """The tasks' sandbox images (cached by docker; only missing ones are built)."""
+def build_images(task_dirs: list[Path], scaffold: str = "terminus", log: Callable[[str], None] = print) -> None:
+    """The tasks' sandbox images, with the scaffold's agent baked in where it runs in the sandbox
+    (cached by docker; only missing ones are built)."""
     from rlkit.errors import ImageError
     from rlkit.sandbox.images import build_task_images
+    from rlkit.scaffolds.bake import scaffold_layer
     from rlkit.tasks.images import read_task_spec
 
-    for outcome in build_task_images([read_task_spec(d) for d in task_dirs]):
+    layer = scaffold_layer(scaffold, log=log)
+    for outcome in build_task_images([read_task_spec(d) for d in task_dirs], layer=layer):
         if outcome.status in ("failed", "missing"):
             raise ImageError(f"image of {outcome.image} failed to build: {outcome.detail}")
 
@@ -39,7 +42,7 @@ def record_teacher(task_dirs: list[Path], model_dir: Path, trials_dir: Path, *, 
     prompt, the terminal's timing): several per task teach the policy to ignore that."""
     from rlkit.train._teacher import TeacherScript, TeacherServer
 
-    build_images(task_dirs)
+    build_images(task_dirs, scaffold, log=log)
     script = TeacherScript.from_task_dirs(task_dirs)
     with TeacherServer(model_dir, script, served_model_name=SERVED_NAME, max_model_len=max_model_len) as teacher:
         return run_scaffold_trials(task_dirs, model_dir, teacher.url, trials_dir, scaffold=scaffold,

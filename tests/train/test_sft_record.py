@@ -48,3 +48,22 @@ def test_ensure_sft_model_builds_once_then_reads_the_cache(base_image: str, tiny
     assert (first.model_dir / MARKER).is_file() and (first.model_dir / "chat_template.jinja").is_file()
     again = ensure_sft_model(tiny_model_dir, tasks, root=tmp_path / "models", settings=settings, log=lambda _m: None)
     assert again.cached and again.model_dir == first.model_dir and again.losses == first.losses
+
+
+@pytest.mark.slow
+def test_teacher_calls_opencodes_shell_tool_and_passes(base_image: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Under a tool-calling scaffold the teacher's fix goes through the agent's own shell tool
+    (OpenCode's `bash`, baked into the sandbox image): the call parses, runs, and the tests pass."""
+    from rlkit.rollout.records import Outcome
+    from rlkit.train._record import record_teacher
+
+    [record] = record_teacher([TASK], tiny_model_dir, tmp_path, scaffold="oc", log=lambda _m: None)
+    assert record.reward == 1.0 and record.outcome is Outcome.PASSED, record.detail
+    assert record.trainable and (record.num_turns, record.num_breaks) == (2, 0)  # the call, then the answer
+    [segment] = record.segments
+    assert 0 in segment.response_mask  # the tool's output between the two replies
+    steps = json.loads((record.trial_dir / "agent" / "trajectory.json").read_text())["steps"]
+    first, last = [s for s in steps if s["source"] == "agent"]
+    [call] = first["tool_calls"]
+    assert call["function_name"] == "bash" and "git apply" in call["arguments"]["command"]
+    assert not first["extra"]["parse_failure"] and not last.get("tool_calls") and last["message"]
