@@ -38,8 +38,11 @@ def test_up_serves_a_call_and_down_leaves_nothing(tiny_model_dir: Path, tmp_path
 
 
 # Runs inference() and waits; the test signals it like a terminal's Ctrl-C or a `kill`.
+# SIGINT gets Python's handler even when pytest runs in the background (a shell starts background
+# jobs with SIGINT ignored, and Python keeps an inherited SIG_IGN).
 RUNNER = textwrap.dedent("""
-    import json, sys, time
+    import json, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pathlib import Path
     import psutil
     from rlkit.launch.inference import InferenceConfig, inference
@@ -68,6 +71,7 @@ def test_a_signal_tears_everything_down(tiny_model_dir: Path, tmp_path: Path, si
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()  # reaped: no zombie child left for the next test to find
     assert code != 0
     deadline = time.monotonic() + 10  # the engine core may still be reaping its own children
     while still_running(descendants) and time.monotonic() < deadline:
