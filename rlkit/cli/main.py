@@ -7,6 +7,7 @@ so `rlkit check` never pays for another command's imports.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 # command -> (module, one-line help). Sub-commands ("index build") are parsed by the module.
@@ -28,6 +29,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ckpt": ("rlkit.cli.ckpt", "checkpoints: `rlkit ckpt merge PATH` (verl's merger), `rlkit ckpt prune ROOT`"),
     "sft": ("rlkit.cli.sft", "warm start: fine-tune the policy on teacher trajectories (cached)"),
 }
+
+
+class _LibraryNoise(logging.Filter):
+    """harbor logs at DEBUG and says at ERROR, on every terminus trial, that it has no web tools to
+    disable; LiteLLM warns that the policy has no price. Neither tells a user anything."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("harbor"):
+            return "exposes no native web search" not in record.getMessage()
+        return not record.name.startswith("LiteLLM") or record.levelno >= logging.ERROR
+
+
+def _console_logging() -> None:
+    """Warnings and errors on stderr. Set before any library is imported: verl's import calls
+    `logging.basicConfig()` with no level on its handler, which would print harbor's DEBUG records."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_LibraryNoise())
+    logging.basicConfig(handlers=[handler], level=logging.WARNING)
+    logging.getLogger("LiteLLM").setLevel(logging.ERROR)  # it has its own stderr handler too
 
 
 def _usage() -> str:
@@ -58,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     from rlkit.errors import UserError
+
+    if name != "proxy":  # `rlkit proxy serve` logs its own INFO lines
+        _console_logging()
 
     module = importlib.import_module(COMMANDS[name][0])
     try:
