@@ -21,7 +21,7 @@ def test_library_debug_and_benign_errors_stay_off_the_console() -> None:
         logging.getLogger("LiteLLM").warning("register_model: model=policy has custom pricing")
         harbor.error("the sandbox could not start")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = [x for x in done.stderr.splitlines() if x.strip() and "Warning" not in x and "warn(" not in x]
     assert lines == ["ERROR harbor.trial: the sandbox could not start"], done.stderr
