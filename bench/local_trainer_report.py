@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     pass_at_1 = [(step, d["val/pass@1"]) for step, d in steps.items() if "val/pass@1" in d]
     if pass_at_1:
         print("val/pass@1 " + ", ".join(f"step {step}: {value:.3f}" for step, value in pass_at_1))
-    rewards = [r["critic/rewards/mean"] for r in rows if "critic/rewards/mean" in r]
+    rewards = [r["critic/rewards/mean"] for r in rows]
     if len(rewards) >= 6:
         print(f"reward mean, first 3 steps {mean(rewards[:3]):.3f} -> last 3 steps {mean(rewards[-3:]):.3f}")
     return 0

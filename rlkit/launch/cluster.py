@@ -11,6 +11,7 @@ block until the head goes away, then exit cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -225,10 +226,9 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
     write_files(plan)
     if not plan.node_is_head:
         return join_as_worker(plan, say)
-    if lock is not None:
-        lock.acquire()
-        lock.update(phase="ray")
-    try:
+    with lock if lock is not None else contextlib.nullcontext():
+        if lock is not None:
+            lock.update(phase="ray")
         start_head(plan, say)
         try:
             wait_for_nodes(f"{plan.head_address}:{_port(plan)}", plan.nnodes, gpus_per_node, waits, say,
@@ -238,9 +238,6 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
             return run_trainer(plan, log, vllm_log, waits, say=say)
         finally:
             stop_ray(plan, node_address=plan.node_address)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _port(plan: LaunchPlan) -> int:

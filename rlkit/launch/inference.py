@@ -170,9 +170,9 @@ class Inference:
         self.weights_path = model_path
         log.info("vLLM ready on %s serving %s", server.base_url, model_path)
 
-    def _proxy_config(self) -> ProxyConfig:
+    def _proxy_config(self, upstream: str | None = None) -> ProxyConfig:
         c = self.config
-        return ProxyConfig(model_path=c.model_path, upstreams=[self.vllm_url], served_model_name=c.served_model_name,
+        return ProxyConfig(model_path=c.model_path, upstreams=[upstream or self.vllm_url], served_model_name=c.served_model_name,
                            tool_call_parser=c.tool_call_parser, host=c.proxy_host, port=c.proxy_port,
                            max_model_len=c.max_model_len, max_response_tokens=c.max_response_tokens,
                            max_calls_per_session=c.max_calls_per_session,
@@ -211,12 +211,8 @@ class Inference:
             vllm = " ".join(server.command())
         except UserError as exc:  # the vLLM venv is missing: preflight names it too
             vllm = f"(not runnable here: {exc})"
-        self.vllm = server
-        try:
-            proxy = ("in this process (BackgroundProxy)" if self.config.proxy_in_process
-                     else " ".join(serve_command(self._proxy_config())))
-        finally:
-            self.vllm = None
+        proxy = ("in this process (BackgroundProxy)" if self.config.proxy_in_process
+                 else " ".join(serve_command(self._proxy_config(server.base_url))))
         return {"vllm": vllm, "proxy": proxy}
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from rlkit.config.owner import read_lock
 from rlkit.errors import UserError
@@ -31,8 +31,6 @@ STALE_S = 120.0
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
 
 
 def pid_alive(pid: int) -> bool:
@@ -109,3 +107,10 @@ class RunLock:
         mine = read_lock(self.path)
         if mine is not None and mine.get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
