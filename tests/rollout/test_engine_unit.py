@@ -160,3 +160,21 @@ def test_tamper_suspect_gets_no_reward_and_follows_the_tamper_policy(tmp_path: P
     segment = {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-0.1]}
     record = engine._record(_row("merge-intervals"), "0:0:a", outcome, {"segments": [segment]}, attempts=1)
     assert (record.outcome, record.reward, record.masked) == (O.TAMPER_SUSPECT, 0.0, masked)
+
+
+@pytest.mark.parametrize("reason, masked", [
+    (O.VERIFIER_TIMEOUT, True), (O.NO_REWARD_FILE, True), (O.VERIFIER_ERROR, True), (O.SANDBOX_ERROR, True),
+    (O.AGENT_TIMEOUT, False), (O.AGENT_ERROR, False), (O.FAILED_TESTS, False),
+])
+def test_the_infrastructures_faults_are_masked_and_the_agents_trained(tmp_path: Path, reason: O, masked: bool):
+    """records.py's fault table: a verifier timeout (a loaded machine) or a missing reward file
+    trains nothing; the agent's own failures train with the tests' reward (0 here)."""
+    from rlkit.rollout.trial import TrialOutcome
+
+    engine = RolloutEngine(EngineConfig(agent="oracle", trials_root=tmp_path))
+    outcome = TrialOutcome(task_id="merge-intervals", session="s", reward=0.0, reason=reason)
+    segment = {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-0.1]}
+    record = engine._record(_row("merge-intervals"), "0:0:a", outcome, {"segments": [segment]}, attempts=1)
+    assert (record.outcome, record.masked, record.trainable) == (reason, masked, not masked)
+    summary = summarize(0, [record], 1.0)
+    assert summary.outcomes[reason.value] == 1 and summary.masked == int(masked)
