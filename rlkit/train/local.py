@@ -97,6 +97,13 @@ def set_aside_steps_after(trials: Path, step: int) -> list[Path]:
     return moved
 
 
+def set_aside_stale_steps(trials: Path, start: int) -> list[Path]:
+    """What a run starting after `start` must not read as its own: the steps after it; and on a fresh
+    start (0) every step, step_0's validation included (RESUME_MODE=disable, or an earlier run under this
+    name that left no checkpoint: its results would pass for this policy's "before")."""
+    return set_aside_steps_after(trials, start if start > 0 else -1)
+
+
 def due(step: int, freq: int, last: int) -> bool:
     """verl's rule: every `freq` steps and at the last one; never when freq <= 0."""
     return freq > 0 and (step % freq == 0 or step == last)
@@ -279,7 +286,7 @@ class LocalTrainer:
                                "(raise TOTAL_STEPS / TOTAL_EPOCHS, or RESUME_MODE=disable to start over)")
             return 0
         for trials in (self.paths.trials, self.paths.val_trials):
-            for moved in set_aside_steps_after(trials, start):
+            for moved in set_aside_stale_steps(trials, start):
                 self.progress.note(f"set aside an interrupted step's trials: {moved}")
         lock.update(phase="ray")
         with local_ray(self.paths) as ray_children:
