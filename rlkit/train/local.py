@@ -307,9 +307,10 @@ class LocalTrainer:
                     extra = ray.get(policy.load_checkpoint.remote(str(ckpt_root))) or {}
                     start = int(extra.get("global_step", start))
                     saved = ray.get(policy.save_hf.remote(str(weights_dir)))
-                    inf.sync_weights(weights_dir)
+                    report = inf.sync_weights(weights_dir, probe=LogprobProbe(*saved["probe"]))
                     self.progress.note(f"resumed {cfg.EXP_NAME} at global_step_{start} "
-                                       f"(weights live in vLLM in {saved['seconds']:.1f}s)")
+                                       f"(weights live in vLLM in {saved['seconds']:.1f}s, "
+                                       f"{'verified' if report.verified else 'NOT verified'} by the probe)")
                 self.progress.start_run(start, last)
                 if val_rows and start == 0:  # verl's val_before_train: the starting policy's numbers, at step 0
                     lock.update(phase="validate")
