@@ -97,6 +97,13 @@ def set_aside_steps_after(trials: Path, step: int) -> list[Path]:
     return moved
 
 
+def step_trial_counts(result: Any) -> dict[str, int]:
+    """The rollout actor's progress counts, for a finished step (passed = graded with reward >= 1)."""
+    records = result.records
+    return {"done": len(records), "total": len(records), "masked": sum(r.masked for r in records),
+            "passed": sum(not r.masked and r.reward >= 1.0 for r in records)}
+
+
 def set_aside_stale_steps(trials: Path, start: int) -> list[Path]:
     """What a run starting after `start` must not read as its own: the steps after it; and on a fresh
     start (0) every step, step_0's validation included (RESUME_MODE=disable, or an earlier run under this
@@ -180,6 +187,7 @@ class LocalTrainer:
         self.paths = RunPaths(root, self.cfg.PROJECT_NAME or "default", self.cfg.EXP_NAME or "default")
         self.state_dir = root / ".rlkit" / "runs" / self.paths.project / self.paths.exp
         self.progress = StepProgress(console)
+        self._counts: dict[str, int] = {}  # the rollout actor's last trial counts
 
     # ---- pieces
     def _rows(self, key: str) -> list[Any]:
@@ -200,10 +208,12 @@ class LocalTrainer:
 
         results = self.paths.val_trials / f"step_{step}" / "results.jsonl"
         ref = rollout.validate.remote(step, val_rows, self.cfg.VAL_N, str(results))
-        report = self._wait(ref, rollout, f"step {step}: validate")
-        return val_metrics(report, {r.task_id: r.data_source for r in val_rows})
+        report = self._wait(ref, rollout, f"step {step}: validate", kind="val attempts")
+        metrics = val_metrics(report, {r.task_id: r.data_source for r in val_rows})
+        self.progress.validated(step, metrics, self._counts)
+        return metrics
 
-    def _wait(self, ref: Any, rollout: Any, phase: str) -> Any:
+    def _wait(self, ref: Any, rollout: Any, phase: str, kind: str = "train trials") -> Any:
         """ray.get with live progress of the rollout actor's trials."""
         import ray
 
@@ -211,7 +221,8 @@ class LocalTrainer:
         while True:
             done, _ = ray.wait([ref], timeout=1.0)
             with contextlib.suppress(Exception):
-                self.progress.trials(ray.get(rollout.progress.remote(), timeout=5))
+                self._counts = ray.get(rollout.progress.remote(), timeout=5)
+                self.progress.trials(self._counts, kind)
             if done:
                 return ray.get(ref)
 
@@ -325,6 +336,7 @@ class LocalTrainer:
                     lock.update(step=step - 1, phase="rollout")  # step = the last finished step
                     t = time.perf_counter()
                     result = self._wait(rollout.run_step.remote(step, batch_rows), rollout, f"step {step}: rollout")
+                    step_counts = step_trial_counts(result)
                     metrics["timing_s/gen"] = time.perf_counter() - t
                     metrics.update(rollout_metrics(result))
                     trainable = [r for r in result.records if r.trainable]
@@ -363,7 +375,7 @@ class LocalTrainer:
                     metrics["perf/time_per_step"] = metrics["timing_s/step"]
                     metrics_log.log(step, metrics)
                     lock.update(step=step, phase="done" if step == last else "next")
-                    self.progress.step_done(step, metrics)
+                    self.progress.step_done(step, metrics, step_counts)
         return 0
 
 
