@@ -195,6 +195,10 @@ class RunConfig(BaseModel):
     TRAINER_TEST_FREQ: int = key(10, "Validate every N steps (-1: never).", R)
     VAL_N: int = key(1, "Attempts per validation task (verl's rollout.val_kwargs.n); pass@1 and pass@VAL_N are "
                         "logged.", R)
+    SEED: int = key(0, "Run seed: the task order, the trainer's RNG and vLLM's sampling (--seed; verl's "
+                       "data.seed and rollout.seed). Validation attempts are seeded per task and attempt from it, "
+                       "so one policy validated at two steps gets the same draws (a paired before and after), "
+                       "and runs of different seeds get independent ones.", R)
     RESUME_MODE: ResumeMode = key(ResumeMode.AUTO, "auto resumes from the latest checkpoint of EXP_NAME; disable "
                                                    "starts over.", R)
     ROLLOUT_GPU_MEM: float = key(0.85, "vLLM gpu_memory_utilization.", R, S)

@@ -75,6 +75,7 @@ class InferenceConfig(BaseModel):
     vllm_host: str = "127.0.0.1"
     vllm_port: int | None = None  # None: a free port
     kv_cache_memory_bytes: int | None = 134_217_728
+    seed: int = 0  # SEED: vLLM's sampling seed
     vllm_extra_args: list[str] = Field(default_factory=list)
     scratch_dir: Path | None = None  # vLLM caches and sockets; default: <repo>/.rlkit/vllm_scratch
     startup_timeout_s: float = 300.0
@@ -101,7 +102,7 @@ class InferenceConfig(BaseModel):
             "log_dir": resolve_path(cfg.OUTPUT_DIR, base) / "logs",
             "max_model_len": min(window, model_window) if model_window else window,
             "tool_call_parser": str(getattr(cfg.TOOL_CALL_PARSER, "value", cfg.TOOL_CALL_PARSER)),
-            "proxy_port": cfg.PROXY_PORT, "max_response_tokens_per_session": cfg.MAX_RESP,
+            "proxy_port": cfg.PROXY_PORT, "max_response_tokens_per_session": cfg.MAX_RESP, "seed": cfg.SEED,
         }
         return cls(**{**values, **overrides})
 
@@ -159,7 +160,7 @@ class Inference:
         optional: dict[str, Any] = {"scratch_dir": c.scratch_dir} if c.scratch_dir else {}
         return VllmServerConfig(model_path=model_path, exp_name=c.exp_name, host=c.vllm_host, port=port,
                                 served_model_name=c.served_model_name, max_model_len=c.max_model_len,
-                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, extra_args=extra, env=env,
+                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, seed=c.seed, extra_args=extra, env=env,
                                 log_dir=c.log_dir, python=c.vllm_python, startup_timeout_s=c.startup_timeout_s,
                                 **optional)
 

@@ -52,6 +52,7 @@ class VllmServerConfig(BaseModel):
     enforce_eager: bool = True
     kv_cache_memory_bytes: int | None = 134_217_728
     tool_call_parser: str | None = None  # only for direct chat use; the proxy needs none
+    seed: int = 0  # vLLM's global sampling seed (its own default is 0: every fresh server draws alike)
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     log_dir: Path = Field(default_factory=lambda: REPO_ROOT / "logs")
@@ -108,7 +109,7 @@ _DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 1
 def build_command(config: VllmServerConfig, python: Path, port: int) -> list[str]:
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
            "--host", config.host, "--port", str(port), "--dtype", config.dtype,
-           "--max-model-len", str(config.max_model_len)]
+           "--max-model-len", str(config.max_model_len), "--seed", str(config.seed)]
     if config.served_model_name:
         cmd += ["--served-model-name", config.served_model_name]
     if config.enforce_eager:

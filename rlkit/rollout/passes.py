@@ -101,14 +101,16 @@ async def run_pass(engine: RolloutEngine, rows: Sequence[IndexRow], k: int, resu
     if k < 1:
         raise UserError(f"attempts per task must be >= 1, got {k}", key="k", fix="e.g. -k 4")
     tallies = tally(rows, read_results(results_path))
-    todo = [(pos, row) for pos, row in enumerate(rows) for _ in range(max(0, k - tallies[row.task_id].attempts))]
+    # (position, row, attempt number): a resumed pass numbers its new attempts after the recorded ones
+    todo = [(pos, row, tallies[row.task_id].attempts + i) for pos, row in enumerate(rows)
+            for i in range(max(0, k - tallies[row.task_id].attempts))]
     results_path.parent.mkdir(parents=True, exist_ok=True)
     records: list[TrialRecord] = []
 
     _end_torn_line(results_path)
     with results_path.open("a") as out:
-        async def one(pos: int, row: IndexRow) -> None:
-            record = await engine.run_trial(row, uid=f"{step}:{pos}:{row.task_id}", step=step)
+        async def one(pos: int, row: IndexRow, attempt: int) -> None:
+            record = await engine.run_trial(row, uid=f"{step}:{pos}:{row.task_id}", step=step, attempt=attempt)
             result = AttemptResult.of(record)
             out.write(result.model_dump_json() + "\n")
             out.flush()  # each line lands whole: a killed pass resumes from here
@@ -117,7 +119,7 @@ async def run_pass(engine: RolloutEngine, rows: Sequence[IndexRow], k: int, resu
             if on_result is not None:
                 on_result(result, tallies)
 
-        await asyncio.gather(*(one(pos, row) for pos, row in todo))
+        await asyncio.gather(*(one(pos, row, attempt) for pos, row, attempt in todo))
     if records:
         write_summary(engine.config.step_dir(step), summarize(step, records, wall_s=0.0))
     return tallies

@@ -32,6 +32,7 @@ class PolicyWorker:
         from rlkit.train.policy import OptimConfig, PolicyUpdater
 
         torch.set_num_threads(threads or os.cpu_count() or 1)  # Ray sets OMP threads to the actor's num_cpus
+        torch.manual_seed(int(cfg.get("seed", 0)))
         self.cfg = cfg
         self.updater = PolicyUpdater(model_dir, AlgoConfig(**cfg["algo"]), OptimConfig(**cfg["optim"]), device="cpu")
         # probe tokens and the trainer's logprobs of them before the weights last changed

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from rlkit.config.schema import RunConfig
 
 log = logging.getLogger(__name__)
-SEED = 0
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
 LOCAL_RAY_ADDRESS = "127.0.0.2"
@@ -128,7 +127,7 @@ def policy_config(cfg: RunConfig) -> dict[str, Any]:
                           fix="pick a MINI_BSZ that divides TRAIN_BSZ")
     return {"algo": asdict(AlgoConfig.from_run_config(cfg)), "optim": {"lr": cfg.LR},
             "max_prompt": cfg.MAX_PROMPT, "max_response": cfg.MAX_RESP,
-            "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ}
+            "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ, "seed": cfg.SEED}
 
 
 @contextlib.contextmanager
@@ -196,11 +195,13 @@ class LocalTrainer:
         path = self.resolved.path(key)
         return load_index(path) if path else []
 
-    def _engine_config(self, inf: Any, experiment: str) -> dict[str, Any]:
+    def _engine_config(self, inf: Any, experiment: str, *, seeded: bool = False) -> dict[str, Any]:
+        """The rollout engine's settings; `seeded` for validation (attempts seeded from SEED: paired passes)."""
         from rlkit.rollout.engine import EngineConfig
 
         config = EngineConfig.from_run_config(self.cfg, model_name=inf.model_name, proxy_url=inf.proxy_url,
-                                              trials_root=self.paths.root / "harbor_trials", experiment=experiment)
+                                              trials_root=self.paths.root / "harbor_trials", experiment=experiment,
+                                              seed=self.cfg.SEED if seeded else None)
         return config.model_dump()
 
     def _validate(self, rollout: Any, step: int, val_rows: list[Any]) -> dict[str, float]:
@@ -285,7 +286,7 @@ class LocalTrainer:
         cfg = self.cfg
         rows = self._rows("TRAIN_FILES")
         val_rows = self._rows("VAL_FILES") if cfg.TRAINER_TEST_FREQ > 0 else []
-        sampler = TaskSampler(rows, seed=SEED)
+        sampler = TaskSampler(rows, seed=cfg.SEED)
         last = total_steps(cfg, len(sampler))
         ckpt_root = self.paths.checkpoints
         start = latest_step(ckpt_root) if cfg.RESUME_MODE.value == "auto" else 0
@@ -308,7 +309,7 @@ class LocalTrainer:
                 policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
-                    self._engine_config(inf, self.paths.val_exp) if val_rows else None)
+                    self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None)
                 # the actors' processes too: after a kill -9 the reaper stops them before removing sandboxes
                 actor_pids = ray.get([policy.pid.remote(), rollout.pid.remote()])
                 lock.update(phase="actors", children=ray_children + process_ids(actor_pids))
@@ -363,7 +364,7 @@ class LocalTrainer:
                         self.progress.phase(f"step {step}: checkpoint")
                         t = time.perf_counter()
                         ray.get(policy.save_checkpoint.remote(str(ckpt_root), step, {
-                            "global_step": step, "seed": SEED, "sampler_next_step": step,
+                            "global_step": step, "seed": cfg.SEED, "sampler_next_step": step,
                             "epoch": sampler.epoch_of(step, cfg.TRAIN_BSZ)}))
                         metrics["timing_s/save_checkpoint"] = time.perf_counter() - t
                     if val_rows and due(step, cfg.TRAINER_TEST_FREQ, last):
