@@ -38,6 +38,7 @@ class AttemptResult(BaseModel):
     reward: float
     attempts: int = 1
     trial_dir: str | None = None
+    attempt: int | None = None  # the task's attempt number in the pass (it seeds a seeded pass)
 
     @property
     def graded(self) -> bool:
@@ -48,9 +49,10 @@ class AttemptResult(BaseModel):
         return self.graded and self.reward >= 1.0
 
     @classmethod
-    def of(cls, record: TrialRecord) -> AttemptResult:
+    def of(cls, record: TrialRecord, attempt: int | None = None) -> AttemptResult:
         return cls(task_id=record.task_id, session=record.session, outcome=record.outcome, reward=record.reward,
-                   attempts=record.attempts, trial_dir=str(record.trial_dir) if record.trial_dir else None)
+                   attempts=record.attempts, trial_dir=str(record.trial_dir) if record.trial_dir else None,
+                   attempt=attempt)
 
 
 class TaskTally(BaseModel):
@@ -111,7 +113,7 @@ async def run_pass(engine: RolloutEngine, rows: Sequence[IndexRow], k: int, resu
     with results_path.open("a") as out:
         async def one(pos: int, row: IndexRow, attempt: int) -> None:
             record = await engine.run_trial(row, uid=f"{step}:{pos}:{row.task_id}", step=step, attempt=attempt)
-            result = AttemptResult.of(record)
+            result = AttemptResult.of(record, attempt)
             out.write(result.model_dump_json() + "\n")
             out.flush()  # each line lands whole: a killed pass resumes from here
             records.append(record)
