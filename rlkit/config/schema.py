@@ -184,7 +184,8 @@ class RunConfig(BaseModel):
     TAMPER_POLICY: TamperPolicy = key(TamperPolicy.ZERO, "A trial whose agent left files that can steer its tests "
                                       "(tamper_suspect) gets reward 0: zero trains on it, so the policy learns "
                                       "not to; mask leaves it out of training. Counted either way.", R)
-    LR: float = key(1e-6, "Actor learning rate.", R)
+    LR: float = key(1e-6, "Actor learning rate; 0 switches the update off (a control run: the same trials and "
+                           "steps, no learning).", R)
     KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)
     LOSS_AGG_MODE: LossAggMode = key(LossAggMode.AUTO, "How the policy loss averages over tokens (verl's "
                                                        "loss_agg_mode); auto: token-mean, seq-mean-token-mean "
