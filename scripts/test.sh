@@ -18,7 +18,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check rlkit tests bench
 .venv/bin/lint-imports  # floors: imports run downward (pyproject.toml [tool.importlinter])
 set +e
-.venv/bin/python -m pytest "${markers[@]}" "$@"
+.venv/bin/python -m pytest --durations=25 "${markers[@]}" "$@"
 rc=$?
 set -e
 [ $rc -eq 5 ] && { echo "no tests collected" >&2; exit 1; }

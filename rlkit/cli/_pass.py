@@ -31,6 +31,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-calls", type=int, default=100, help="model calls per trial")
     parser.add_argument("--max-turns", type=int, default=None, help="agent turns, where the scaffold supports it")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed vLLM and every attempt's sampling from (seed, task, attempt): two passes of one "
+                             "model with one seed draw alike (a paired comparison); default: unseeded")
     parser.add_argument("--agent-timeout", type=float, default=None, help="override the tasks' agent timeout")
     parser.add_argument("--verifier-timeout", type=float, default=None, help="override the tasks' verifier timeout")
 
@@ -62,7 +65,8 @@ def inference_for(model_path: str | None, args: argparse.Namespace, log_dir: Pat
     window = min(args.max_model_len, model_context_window(model_path) or args.max_model_len)
     config = InferenceConfig(model_path=model_path, tool_call_parser=args.tool_call_parser, max_model_len=window,
                              max_response_tokens=args.max_call_tokens, exp_name=exp_name,
-                             log_dir=log_dir, served_model_name=args.served_model_name or "policy")
+                             log_dir=log_dir, served_model_name=args.served_model_name or "policy",
+                             seed=args.seed or 0)
     with inference(config) as stack:
         yield stack
 
@@ -76,7 +80,7 @@ def engine_for(args: argparse.Namespace, agent: str, stack: Any, trials_root: Pa
         model_name=getattr(stack, "model_name", None), proxy_url=getattr(stack, "proxy_url", None),
         agent_timeout_sec=args.agent_timeout, verifier_timeout_sec=args.verifier_timeout,
         max_calls_per_session=args.max_calls, max_response_tokens=args.max_resp, max_turns=args.max_turns,
-        temperature=args.temperature)
+        temperature=args.temperature, seed=args.seed)
     return RolloutEngine(config)
 
 

@@ -21,7 +21,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="base HF model dir (overrides MODEL_PATH)")
     parser.add_argument("--tasks", help="task index .parquet (its train rows) or tasks dir (overrides TRAIN_FILES)")
     parser.add_argument("--val-fraction", type=float, default=None,
-                        help="with a tasks dir: train on the train part of this seeded split")
+                        help="with a tasks dir (required there): train on the train part of the seeded split "
+                             "`rlkit index build --val-fraction` makes; 0 teaches every task")
     parser.add_argument("--out", help="write the model here (default: <root>/.rlkit/models/sft-<hash>)")
     parser.add_argument("--scaffold", default=None, help=f"default: SCAFFOLD or {defaults.scaffold}")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)

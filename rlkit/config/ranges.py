@@ -138,10 +138,11 @@ RULES: dict[str, IntRange | FloatRange | TextRule] = {
     "ROLLOUT_TP": COUNT, "TRAIN_BSZ": COUNT, "N_RESP": COUNT, "MINI_BSZ": COUNT, "MAX_PROMPT": COUNT,
     "MAX_RESP": COUNT, "TOTAL_EPOCHS": COUNT, "TOTAL_STEPS": COUNT0, "TRAINER_SAVE_FREQ": FREQ,
     "TRAINER_TEST_FREQ": FREQ, "VAL_N": COUNT, "PARAM_SYNC_STEPS": COUNT, "MAX_OFF_POLICY": COUNT0,
+    "SEED": IntRange(0, 2**31 - 1),
     "GPUS_PER_NODE": COUNT,
     "MAX_SANDBOXES": COUNT, "NODE_WAIT_S": COUNT0, "REPLICA_WAIT_S": COUNT0,
     "RAY_PORT": PORT, "PROXY_PORT": PORT, "DASHBOARD_PORT": PORT,
-    "ROLLOUT_GPU_MEM": FRACTION, "LR": FloatRange(0.0, 1.0, lo_open=True), "KL_LOSS_COEF": FloatRange(0.0),
+    "ROLLOUT_GPU_MEM": FRACTION, "LR": FloatRange(0.0, 1.0), "KL_LOSS_COEF": FloatRange(0.0),  # LR 0: a control run
     "PROJECT_NAME": TextRule(128), "EXP_NAME": TextRule(128),
     "RAY_HEAD_ADDRESS": TextRule(253, "host"), "NODE_IP": TextRule(253, "host"), "PROXY_HOST": TextRule(253, "host"),
     "DOCKER_HOST": TextRule(PATH_MAX, "docker_host"), "K8S_NAMESPACE": TextRule(63, "namespace"),

@@ -184,7 +184,8 @@ class RunConfig(BaseModel):
     TAMPER_POLICY: TamperPolicy = key(TamperPolicy.ZERO, "A trial whose agent left files that can steer its tests "
                                       "(tamper_suspect) gets reward 0: zero trains on it, so the policy learns "
                                       "not to; mask leaves it out of training. Counted either way.", R)
-    LR: float = key(1e-6, "Actor learning rate.", R)
+    LR: float = key(1e-6, "Actor learning rate; 0 switches the update off (a control run: the same trials and "
+                           "steps, no learning).", R)
     KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)
     LOSS_AGG_MODE: LossAggMode = key(LossAggMode.AUTO, "How the policy loss averages over tokens (verl's "
                                                        "loss_agg_mode); auto: token-mean, seq-mean-token-mean "
@@ -195,6 +196,10 @@ class RunConfig(BaseModel):
     TRAINER_TEST_FREQ: int = key(10, "Validate every N steps (-1: never).", R)
     VAL_N: int = key(1, "Attempts per validation task (verl's rollout.val_kwargs.n); pass@1 and pass@VAL_N are "
                         "logged.", R)
+    SEED: int = key(0, "Run seed: the task order, the trainer's RNG and vLLM's sampling (--seed; verl's "
+                       "data.seed and rollout.seed). Validation attempts are seeded per task and attempt from it, "
+                       "so one policy validated at two steps gets the same draws (a paired before and after), "
+                       "and runs of different seeds get independent ones.", R)
     RESUME_MODE: ResumeMode = key(ResumeMode.AUTO, "auto resumes from the latest checkpoint of EXP_NAME; disable "
                                                    "starts over.", R)
     ROLLOUT_GPU_MEM: float = key(0.85, "vLLM gpu_memory_utilization.", R, S)

@@ -40,8 +40,9 @@ from rlkit.launch.weight_sync import (
     RELOAD_REPACKED,
     WORKER_EXTENSION,
     LogprobProbe,
+    ProbeVerdict,
     WeightSyncReport,
-    logprob_diff,
+    judge_probe,
     reload_in_place,
     server_logprobs,
     ties_embeddings,
@@ -74,6 +75,7 @@ class InferenceConfig(BaseModel):
     vllm_host: str = "127.0.0.1"
     vllm_port: int | None = None  # None: a free port
     kv_cache_memory_bytes: int | None = 134_217_728
+    seed: int = 0  # SEED: vLLM's sampling seed
     vllm_extra_args: list[str] = Field(default_factory=list)
     scratch_dir: Path | None = None  # vLLM caches and sockets; default: <repo>/.rlkit/vllm_scratch
     startup_timeout_s: float = 300.0
@@ -100,7 +102,7 @@ class InferenceConfig(BaseModel):
             "log_dir": resolve_path(cfg.OUTPUT_DIR, base) / "logs",
             "max_model_len": min(window, model_window) if model_window else window,
             "tool_call_parser": str(getattr(cfg.TOOL_CALL_PARSER, "value", cfg.TOOL_CALL_PARSER)),
-            "proxy_port": cfg.PROXY_PORT, "max_response_tokens_per_session": cfg.MAX_RESP,
+            "proxy_port": cfg.PROXY_PORT, "max_response_tokens_per_session": cfg.MAX_RESP, "seed": cfg.SEED,
         }
         return cls(**{**values, **overrides})
 
@@ -158,7 +160,7 @@ class Inference:
         optional: dict[str, Any] = {"scratch_dir": c.scratch_dir} if c.scratch_dir else {}
         return VllmServerConfig(model_path=model_path, exp_name=c.exp_name, host=c.vllm_host, port=port,
                                 served_model_name=c.served_model_name, max_model_len=c.max_model_len,
-                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, extra_args=extra, env=env,
+                                kv_cache_memory_bytes=c.kv_cache_memory_bytes, seed=c.seed, extra_args=extra, env=env,
                                 log_dir=c.log_dir, python=c.vllm_python, startup_timeout_s=c.startup_timeout_s,
                                 **optional)
 
@@ -239,20 +241,23 @@ class Inference:
         """The server's logprobs of `target_ids` after `prompt_ids`."""
         return server_logprobs(self.vllm_url, self.model_name, prompt_ids, target_ids)
 
-    def _probe(self, probe: LogprobProbe) -> tuple[float, float]:
-        return logprob_diff(self.probe_logprobs(probe.prompt_ids, probe.target_ids), probe.trainer_logprobs)
+    def _probe(self, probe: LogprobProbe) -> ProbeVerdict:
+        return judge_probe(self.probe_logprobs(probe.prompt_ids, probe.target_ids), probe,
+                           self.config.max_probe_diff)
 
     def sync_weights(self, hf_dir: Path, *, probe: LogprobProbe | None = None) -> WeightSyncReport:
         """Make the weights in `hf_dir` (an HF checkpoint directory) live: in-place reload, else restart.
 
-        With a probe, the server's logprobs are compared with the trainer's; a reload whose
-        difference exceeds `max_probe_diff` is treated as failed.
+        With a probe, every sync is judged (`judge_probe`): a reload the probe does not verify is
+        treated as failed and the server restarts on the new weights. When a fresh server failed the
+        probe too (the trainer's numerics, not a stale reload), later syncs still probe and report
+        `verified`, but do not restart again until a sync verifies.
         """
         path = str(Path(hf_dir).resolve())
         start = time.perf_counter()
         fields: dict[str, Any] = {}
         error: str | None = None
-        diff: tuple[float, float] | None = None
+        verdict: ProbeVerdict | None = None
         try:  # a server without dev mode answers 404 here, and restarts
             timings = reload_in_place(self.vllm_url, path, method=self._reload_method)
             fields.update(paused=timings.paused, reload_s=timings.reload_s,
@@ -260,14 +265,12 @@ class Inference:
             self.weights_path = path
         except LaunchError as exc:
             error = str(exc)
-        limit = self.config.max_probe_diff
         if error is None and probe is not None:
             probe_start = time.perf_counter()
-            diff = self._probe(probe)
+            verdict = self._probe(probe)
             fields["probe_s"] = time.perf_counter() - probe_start
-            if limit is not None and diff[0] > limit and not self._restart_did_not_help:
-                error = (f"after the reload the probe's logprobs differ from the trainer's by up to {diff[0]:.3g} "
-                         f"nats (max_probe_diff {limit})")
+            if not verdict.verified and not self._restart_did_not_help:
+                error = f"after the reload {verdict.reason}"
         if error is not None:
             log.warning("in-place weight reload not used (%s); restarting vLLM on %s", error, path)
             restart_start = time.perf_counter()
@@ -275,15 +278,18 @@ class Inference:
             fields["restart_s"] = time.perf_counter() - restart_start
             if probe is not None:
                 probe_start = time.perf_counter()
-                diff = self._probe(probe)
+                verdict = self._probe(probe)
                 fields["probe_s"] = time.perf_counter() - probe_start
-                if limit is not None and diff[0] > limit:
-                    # A fresh server disagrees too: the gap is the trainer's numerics, not a stale
-                    # reload; restarting again would not help, so later reloads stand.
-                    self._restart_did_not_help = True
-                    log.warning("a fresh vLLM on %s still differs from the trainer by up to %.3g nats", path, diff[0])
-        if diff is not None:
-            fields.update(max_abs_diff=diff[0], mean_abs_diff=diff[1])
+                # A fresh server disagrees too: the gap is the trainer's numerics, not a stale reload.
+                self._restart_did_not_help = not verdict.verified
+        elif verdict is not None and verdict.verified:
+            self._restart_did_not_help = False
+        if verdict is not None:
+            fields.update(max_abs_diff=verdict.max_abs_diff, mean_abs_diff=verdict.mean_abs_diff,
+                          probe_moved=verdict.moved, decisive=verdict.decisive, verified=verdict.verified,
+                          unverified_reason=verdict.reason)
+            if not verdict.verified:
+                log.warning("weight sync to %s is not verified: %s", path, verdict.reason)
         report = WeightSyncReport(method="restart" if error else "reload", weights_path=path,
                                   seconds=time.perf_counter() - start, reload_error=error, **fields)
         log.info("weight sync by %s in %.3fs (logprob diff max %s)", report.method, report.seconds,

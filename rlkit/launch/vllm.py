@@ -52,6 +52,11 @@ class VllmServerConfig(BaseModel):
     enforce_eager: bool = True
     kv_cache_memory_bytes: int | None = 134_217_728
     tool_call_parser: str | None = None  # only for direct chat use; the proxy needs none
+    seed: int = 0  # vLLM's global sampling seed (its own default is 0: every fresh server draws alike)
+    # vLLM-CPU crashes its worker ("CPU Generator does not use offset") when a request with its own
+    # seed has its prefill split into chunks; whole prefills (a batch budget of at least the window)
+    # keep seeded requests (seeded validation attempts) safe.
+    chunked_prefill: bool = False
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     log_dir: Path = Field(default_factory=lambda: REPO_ROOT / "logs")
@@ -108,11 +113,13 @@ _DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 1
 def build_command(config: VllmServerConfig, python: Path, port: int) -> list[str]:
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
            "--host", config.host, "--port", str(port), "--dtype", config.dtype,
-           "--max-model-len", str(config.max_model_len)]
+           "--max-model-len", str(config.max_model_len), "--seed", str(config.seed)]
     if config.served_model_name:
         cmd += ["--served-model-name", config.served_model_name]
     if config.enforce_eager:
         cmd.append("--enforce-eager")
+    if not config.chunked_prefill:
+        cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(config.max_model_len, 8192))]
     if config.kv_cache_memory_bytes:
         cmd += ["--kv-cache-memory-bytes", str(config.kv_cache_memory_bytes)]
     if config.tool_call_parser:

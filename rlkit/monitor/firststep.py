@@ -16,7 +16,7 @@ from typing import Any
 
 OK, WARN, BAD = "✓", "⚠", "✗"
 EARLY = ("context_exceeded", "call_limit", "response_budget", "agent_timeout", "agent_error")
-INFRA = ("sandbox_error", "verifier_error", "error")
+INFRA = ("sandbox_error", "verifier_error", "error", "no_reward_file", "verifier_timeout")  # rollout/records.py's masked
 # What to look at when an outcome dominates a zero-reward step.
 HINTS = {
     "parse_error": "the proxy could not parse the model's tool calls: TOOL_CALL_PARSER does not match the model's "

@@ -300,6 +300,8 @@ class ProxyCore:
         limit = max(1, min(x for x in (max_tokens, self.config.max_response_tokens, room, budget_left)
                            if x is not None))
         params = {**self.config.default_sampling, **sampling, **session.sampling_overrides, "max_tokens": limit}
+        if session.sampling_overrides.get("seed") is not None:  # a seeded session: a distinct seed per call
+            params["seed"] = (int(session.sampling_overrides["seed"]) + len(session.calls)) & 0x7FFFFFFF
         stop_ids = getattr(getattr(self.parser, "_parser", None), "stop_token_ids", None)
         if stop_ids:
             params["stop_token_ids"] = list({*params.get("stop_token_ids", []), *stop_ids})

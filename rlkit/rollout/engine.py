@@ -64,6 +64,8 @@ class EngineConfig(BaseModel):
     max_turns: int | None = Field(default=None, ge=1)
     sampling: dict[str, Any] = Field(default_factory=dict,
                                      description="sampling overrides forced on every session (POST /s/<sid>/sampling)")
+    seed: int | None = Field(default=None, description="seed passes: each attempt's sampling is seeded from "
+                             "(seed, task, attempt), so one policy gives the same draws in every pass (SEED)")
     tamper_policy: Literal["zero", "mask"] = Field(
         default="zero", description="a tamper_suspect trial (reward 0) is trained on (zero) or masked (TAMPER_POLICY)")
     use_index_image: bool = Field(default=True, description="run the index row's image (no builds during a step)")
@@ -125,8 +127,12 @@ class RolloutEngine:
         write_summary(step_dir, summary)
         return StepResult(step=step, records=records, summary=summary, step_dir=step_dir)
 
-    async def run_trial(self, row: IndexRow, *, uid: str, step: int) -> TrialRecord:
-        """One trial of `row`, retried on retryable infrastructure failures; never raises."""
+    async def run_trial(self, row: IndexRow, *, uid: str, step: int, attempt: int | None = None) -> TrialRecord:
+        """One trial of `row`, retried on retryable infrastructure failures; never raises.
+
+        `attempt` (the row's attempt number in a pass) seeds its sampling when the engine has a `seed`."""
+        sample_seed = None if self.config.seed is None or attempt is None else \
+            attempt_seed(self.config.seed, row.task_id, attempt)
         base = f"{_short(row.task_id)}__{uuid.uuid4().hex[:8]}"
         session = base
         outcome = None
@@ -134,7 +140,7 @@ class RolloutEngine:
             for attempt in range(1, self.config.max_attempts + 1):
                 session = base if attempt == 1 else f"{base}-r{attempt}"
                 async with self._gate():
-                    outcome, record = await self._attempt(row, session, step)
+                    outcome, record = await self._attempt(row, session, step, sample_seed)
                 if not (outcome.reason is Outcome.SANDBOX_ERROR and retryable(outcome.exception_type)):
                     break
                 if attempt < self.config.max_attempts:
@@ -146,15 +152,17 @@ class RolloutEngine:
             return TrialRecord(uid=uid, task_id=row.task_id, session=session, outcome=Outcome.ERROR, reward=0.0,
                                masked=True, detail=f"{type(exc).__name__}: {exc}"[:2000])
 
-    async def _attempt(self, row: IndexRow, session: str, step: int) -> tuple[TrialOutcome, dict[str, Any] | None]:
+    async def _attempt(self, row: IndexRow, session: str, step: int,
+                       sample_seed: int | None = None) -> tuple[TrialOutcome, dict[str, Any] | None]:
         from rlkit.rollout.trial import run_trial
 
         model = self.config.agent == "model"
         if model:
             await self._proxy_post(session, "limits", {"max_calls": self.config.max_calls_per_session,
                                                        "max_response_tokens": self.config.max_response_tokens})
-            if self.config.sampling:
-                await self._proxy_post(session, "sampling", self.config.sampling)
+            sampling = {**self.config.sampling, **({"seed": sample_seed} if sample_seed is not None else {})}
+            if sampling:
+                await self._proxy_post(session, "sampling", sampling)
         try:
             outcome = await run_trial(self.trial_spec(row, session, step))
         finally:
@@ -237,6 +245,14 @@ def trial_timings(harbor: dict[str, float], record: dict[str, Any] | None) -> di
         "model": model,
         "total": harbor.get("total", 0.0),
     }
+
+
+def attempt_seed(seed: int, task_id: str, attempt: int) -> int:
+    """A 31-bit sampling seed for one attempt of one task in a seeded pass."""
+    import hashlib
+
+    digest = hashlib.sha256(f"rlkit-attempt:{seed}:{task_id}:{attempt}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def retryable(exc_type: str | None) -> bool:

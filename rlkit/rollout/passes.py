@@ -38,6 +38,7 @@ class AttemptResult(BaseModel):
     reward: float
     attempts: int = 1
     trial_dir: str | None = None
+    attempt: int | None = None  # the task's attempt number in the pass (it seeds a seeded pass)
 
     @property
     def graded(self) -> bool:
@@ -48,9 +49,10 @@ class AttemptResult(BaseModel):
         return self.graded and self.reward >= 1.0
 
     @classmethod
-    def of(cls, record: TrialRecord) -> AttemptResult:
+    def of(cls, record: TrialRecord, attempt: int | None = None) -> AttemptResult:
         return cls(task_id=record.task_id, session=record.session, outcome=record.outcome, reward=record.reward,
-                   attempts=record.attempts, trial_dir=str(record.trial_dir) if record.trial_dir else None)
+                   attempts=record.attempts, trial_dir=str(record.trial_dir) if record.trial_dir else None,
+                   attempt=attempt)
 
 
 class TaskTally(BaseModel):
@@ -101,15 +103,17 @@ async def run_pass(engine: RolloutEngine, rows: Sequence[IndexRow], k: int, resu
     if k < 1:
         raise UserError(f"attempts per task must be >= 1, got {k}", key="k", fix="e.g. -k 4")
     tallies = tally(rows, read_results(results_path))
-    todo = [(pos, row) for pos, row in enumerate(rows) for _ in range(max(0, k - tallies[row.task_id].attempts))]
+    # (position, row, attempt number): a resumed pass numbers its new attempts after the recorded ones
+    todo = [(pos, row, tallies[row.task_id].attempts + i) for pos, row in enumerate(rows)
+            for i in range(max(0, k - tallies[row.task_id].attempts))]
     results_path.parent.mkdir(parents=True, exist_ok=True)
     records: list[TrialRecord] = []
 
     _end_torn_line(results_path)
     with results_path.open("a") as out:
-        async def one(pos: int, row: IndexRow) -> None:
-            record = await engine.run_trial(row, uid=f"{step}:{pos}:{row.task_id}", step=step)
-            result = AttemptResult.of(record)
+        async def one(pos: int, row: IndexRow, attempt: int) -> None:
+            record = await engine.run_trial(row, uid=f"{step}:{pos}:{row.task_id}", step=step, attempt=attempt)
+            result = AttemptResult.of(record, attempt)
             out.write(result.model_dump_json() + "\n")
             out.flush()  # each line lands whole: a killed pass resumes from here
             records.append(record)
@@ -117,7 +121,7 @@ async def run_pass(engine: RolloutEngine, rows: Sequence[IndexRow], k: int, resu
             if on_result is not None:
                 on_result(result, tallies)
 
-        await asyncio.gather(*(one(pos, row) for pos, row in todo))
+        await asyncio.gather(*(one(pos, row, attempt) for pos, row, attempt in todo))
     if records:
         write_summary(engine.config.step_dir(step), summarize(step, records, wall_s=0.0))
     return tallies

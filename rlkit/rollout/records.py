@@ -3,14 +3,27 @@
 This is the one batch type of a training step. The local trainer and the verl bridge
 read it; `step_<N>/summary.json` and the monitor read its summary. Pure data, no I/O.
 
-Outcome rules (one outcome per trial):
-  * INFRA outcomes are the infrastructure's fault: the trial is masked from training and
-    counted, and it never fails the step.
-  * TRUNCATIONS ended the episode early (a budget or the context window): the trial is
-    graded and trained with the reward the tests gave, and counted.
-  * Everything else is trained with its reward.
+Outcome rules (one outcome per trial). Each outcome is the fault of the agent or of the
+infrastructure; this table is the one place that decides, and both trainers read it
+(`Outcome.masked`):
+
+  outcome                                       fault            trained as
+  passed, failed_tests                          graded           the tests' reward
+  parse_error, agent_error, agent_timeout       agent            the tests' reward (0 unless they pass)
+  context_exceeded, call_limit, response_budget agent (TRUNCATIONS) the tests' reward
+  tamper_suspect                                agent            reward 0 (TAMPER_POLICY=mask: masked)
+  no_reward_file                                infrastructure   masked: the task's grading wrote nothing,
+                                                                 so there is no grade to learn from
+  verifier_timeout                              infrastructure   masked: the tests' run time is the
+                                                                 machine's (a loaded host times them out)
+  verifier_error, sandbox_error, error          infrastructure   masked
+
+  * A masked trial is counted (its outcome, `StepSummary.masked`) and never fails the step.
   * A trial with no model tokens has nothing to train on: it is masked too.
   * A prompt group (same `uid`) whose trials are all masked is dropped, and counted.
+  * One trial is one member of its group, on both trainers: it trains on ONE token segment,
+    its longest chain (`longest_chain`), and its reward counts once in the group's statistics.
+    The proxy's other segments of the trial (prefix breaks) are dropped and counted.
 """
 
 from __future__ import annotations
@@ -49,7 +62,8 @@ class Outcome(StrEnum):
         return self in TRUNCATIONS
 
 
-INFRA: frozenset[Outcome] = frozenset({Outcome.SANDBOX_ERROR, Outcome.VERIFIER_ERROR, Outcome.ERROR})
+INFRA: frozenset[Outcome] = frozenset({Outcome.SANDBOX_ERROR, Outcome.VERIFIER_ERROR, Outcome.ERROR,
+                                        Outcome.NO_REWARD_FILE, Outcome.VERIFIER_TIMEOUT})
 TRUNCATIONS: frozenset[Outcome] = frozenset({Outcome.CONTEXT_EXCEEDED, Outcome.CALL_LIMIT,
                                              Outcome.RESPONSE_BUDGET})
 
@@ -101,6 +115,26 @@ class TrialRecord(BaseModel):
     @property
     def trainable(self) -> bool:
         return not self.masked and any(any(s.response_mask) for s in self.segments)
+
+    def training_segment(self) -> TokenSegment | None:
+        """The one segment this trial trains on (None when it is not trainable): its longest chain."""
+        return longest_chain(self.segments) if self.trainable else None
+
+    @property
+    def dropped_model_tokens(self) -> int:
+        """Model-sampled tokens outside the training segment (in the proxy's other segments)."""
+        kept = self.training_segment()
+        return sum(sum(s.response_mask) for s in self.segments) - (sum(kept.response_mask) if kept else 0)
+
+
+def longest_chain(segments: list[TokenSegment]) -> TokenSegment | None:
+    """The segment with the most model-sampled tokens; a tie goes to the later one, which holds the
+    final answer the tests graded. None when no segment has a sampled token."""
+    best: TokenSegment | None = None
+    for segment in segments:
+        if any(segment.response_mask) and (best is None or sum(segment.response_mask) >= sum(best.response_mask)):
+            best = segment
+    return best
 
 
 class TrialBrief(BaseModel):

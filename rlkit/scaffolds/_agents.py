@@ -23,12 +23,15 @@ from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.openhands_sdk import OpenHandsSDK
 from harbor.agents.terminus_2 import Terminus2
 from harbor.environments.base import BaseEnvironment
+from harbor.llms.base import ContextLengthExceededError
 from harbor.models.agent.context import AgentContext
 
 from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.scaffolds.atif import calls_of, write_token_trajectory
 
 TOKEN_RECORD_FILE = "proxy_record.json"
+# The proxy's 400 for a session past its budget (calls or response tokens): the episode is over.
+BUDGET_EXHAUSTED = "session_budget_exceeded"
 OHSDK_PYTHON = "/opt/openhands-sdk-venv/bin/python"
 
 
@@ -130,7 +133,31 @@ class OpenHandsSDKAgent(TokenRecordMixin, OpenHandsSDK):
                 " 2>/dev/null")
 
 
+def end_episode_on_exhausted_budget(llm: Any) -> None:
+    """A spent session budget ends the episode at once.
+
+    harbor's LiteLLM retries any 400 three times with 4-15 s waits, and Terminus-2 retries that
+    three times again, so a trial whose budget ran out waited ~30 s on refusals that could only
+    repeat. The proxy's refusal becomes harbor's ContextLengthExceededError inside the retried
+    call: neither layer retries it, and with summarisation off Terminus-2 ends the episode. The
+    outcome still comes from the proxy's record (call_limit / response_budget)."""
+    handle = getattr(llm, "_handle_litellm_error", None)
+    if handle is None:
+        return
+
+    def handle_exhausted_budget(error: Exception) -> Any:
+        if BUDGET_EXHAUSTED in str(error):
+            raise ContextLengthExceededError(f"the proxy refused the call: {error}") from error
+        return handle(error)
+
+    llm._handle_litellm_error = handle_exhausted_budget
+
+
 class TerminusAgent(TokenRecordMixin, Terminus2):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        end_episode_on_exhausted_budget(getattr(self, "_llm", None))
+
     def _after_token_record(self, context: AgentContext) -> None:
         # Terminus-2 fills the context during its run, so harbor never calls
         # populate_context_post_run for it: add the ids here.

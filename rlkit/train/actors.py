@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from rlkit.tasks.index import IndexRow
 
 PROBE_PROMPT = 48  # tokens of a trial's prompt the weight-sync probe conditions on
-PROBE_TARGET = 16  # response tokens whose logprobs it compares
+PROBE_TARGET = 128  # response tokens whose logprobs it compares (more tokens: a small update shows)
+PROBE_SEED = 20251201  # the fixed probe of a resume, when no trial has been sampled yet
 
 
 class PolicyWorker:
@@ -31,9 +32,11 @@ class PolicyWorker:
         from rlkit.train.policy import OptimConfig, PolicyUpdater
 
         torch.set_num_threads(threads or os.cpu_count() or 1)  # Ray sets OMP threads to the actor's num_cpus
+        torch.manual_seed(int(cfg.get("seed", 0)))
         self.cfg = cfg
         self.updater = PolicyUpdater(model_dir, AlgoConfig(**cfg["algo"]), OptimConfig(**cfg["optim"]), device="cpu")
-        self._probe: tuple[list[int], list[int]] | None = None
+        # probe tokens and the trainer's logprobs of them before the weights last changed
+        self._probe: tuple[list[int], list[int], list[float]] | None = None
         # padding never reaches the loss (masks); the model's own pad id keeps the tensors readable
         self.pad_id = int(getattr(self.updater.model.config, "pad_token_id", None) or 0)
 
@@ -47,17 +50,26 @@ class PolicyWorker:
         trainable = [r for r in records if r.trainable]
         batch = build_batch(trainable, max_prompt=self.cfg["max_prompt"], max_response=self.cfg["max_response"],
                             pad_id=self.pad_id)
-        self._probe = probe_tokens(trainable)
+        self._remember_probe(probe_tokens(trainable) or fixed_probe_tokens(self._vocab()))
         return dict(self.updater.update(batch, mini_batches=self.cfg["mini_batches"]))
+
+    def _vocab(self) -> int:
+        return int(self.updater.model.config.vocab_size)
+
+    def _remember_probe(self, tokens: tuple[list[int], list[int]]) -> None:
+        """The probe's tokens and the trainer's logprobs of them now, before the weights change."""
+        prompt, target = tokens
+        self._probe = (prompt, target, self.updater.log_probs(prompt + target, start=len(prompt)).tolist())
 
     def save_hf(self, out_dir: str) -> dict[str, Any]:
         """Write the current weights as an HF directory; the probe's tokens and the trainer's logprobs of them."""
         start = time.perf_counter()
         self.updater.save_hf(Path(out_dir))
         out: dict[str, Any] = {"seconds": time.perf_counter() - start, "probe": None}
-        if self._probe is not None:
-            prompt, target = self._probe
-            out["probe"] = (prompt, target, self.updater.log_probs(prompt + target, start=len(prompt)).tolist())
+        if self._probe is not None:  # (prompt, target, trainer logprobs after, before)
+            prompt, target, before = self._probe
+            out["probe"] = (prompt, target, self.updater.log_probs(prompt + target, start=len(prompt)).tolist(),
+                            before)
         return out
 
     def save_checkpoint(self, root: str, step: int, extra_state: dict[str, Any]) -> str:
@@ -73,16 +85,27 @@ class PolicyWorker:
         if latest is None:
             return None
         step, path = latest
+        # the server was started on MODEL_PATH: the sync after a resume is probed against these weights
+        self._remember_probe(fixed_probe_tokens(self._vocab()))
         return {"global_step": step, **dict(load_checkpoint(path, self.updater) or {})}
 
 
 def probe_tokens(records: Sequence[TrialRecord]) -> tuple[list[int], list[int]] | None:
-    """A short fixed slice of a sampled trajectory: the server and the trainer score its response tokens."""
+    """A slice of a trajectory the update trained on: the server and the trainer score its response tokens."""
     for record in records:
-        for seg in record.segments:
-            if len(seg.prompt_ids) and len(seg.response_ids) >= 2:
-                return list(seg.prompt_ids[-PROBE_PROMPT:]), list(seg.response_ids[:PROBE_TARGET])
+        seg = record.training_segment()
+        if seg is not None and len(seg.prompt_ids) and len(seg.response_ids) >= 2:
+            return list(seg.prompt_ids[-PROBE_PROMPT:]), list(seg.response_ids[:PROBE_TARGET])
     return None
+
+
+def fixed_probe_tokens(vocab_size: int) -> tuple[list[int], list[int]]:
+    """Seeded token ids (no trial needed): any sequence's logprobs depend on every weight."""
+    import random
+
+    rng = random.Random(PROBE_SEED)
+    ids = [rng.randrange(vocab_size) for _ in range(PROBE_PROMPT + PROBE_TARGET)]
+    return ids[:PROBE_PROMPT], ids[PROBE_PROMPT:]
 
 
 class RolloutWorker:

@@ -14,8 +14,10 @@ P and R are the longest prompt and response in the batch after truncation, never
   * a response longer than `max_response` keeps its FIRST `max_response` tokens (mask and
     vLLM logprobs cut alike), so the reward lands on the last kept token.
 
-Every trainable segment of a trial is a row; each carries the trial's reward on its last
-response token (so GRPO's sequence score is the trial's reward for each of its rows).
+One row per trainable trial: its training segment (`TrialRecord.training_segment`, the longest
+chain; the rule of `rlkit.rollout.records`, which the verl bridge follows too), carrying the
+trial's reward on its last response token. So a trial is one member of its GRPO group however
+many segments the proxy recorded.
 
 The packed form (`TrainBatch.packed`) concatenates rows' real tokens with no padding, with
 position ids restarting at 0 per row and `cu_seqlens` marking the boundaries.
@@ -126,19 +128,21 @@ class TrainBatch:
 
 
 def build_batch(records: Sequence[TrialRecord], *, max_prompt: int, max_response: int, pad_id: int) -> TrainBatch:
-    """Rows for every trainable segment of every trainable record (see the module doc)."""
+    """One row per trainable record: its training segment (see the module doc)."""
     rows: list[tuple[str, float, list[int], list[int], list[int], list[float]]] = []
+    dropped = 0
     for record in records:
-        if not record.trainable:
+        seg = record.training_segment()
+        if seg is None:
             continue
-        for seg in record.segments:
-            if not any(seg.response_mask):
-                continue
-            prompt = seg.prompt_ids[-max_prompt:] if max_prompt > 0 else []
-            n = min(len(seg.response_ids), max_response)
-            rows.append((record.uid, float(record.reward), prompt, seg.response_ids[:n], seg.response_mask[:n],
-                         seg.response_logprobs[:n]))
-    return batch_from_rows(rows, pad_id=pad_id)
+        dropped += record.dropped_model_tokens
+        prompt = seg.prompt_ids[-max_prompt:] if max_prompt > 0 else []
+        n = min(len(seg.response_ids), max_response)
+        rows.append((record.uid, float(record.reward), prompt, seg.response_ids[:n], seg.response_mask[:n],
+                     seg.response_logprobs[:n]))
+    batch = batch_from_rows(rows, pad_id=pad_id)
+    batch.meta["dropped_model_tokens"] = dropped
+    return batch
 
 
 def batch_from_rows(rows: Sequence[tuple[str, float, Sequence[int], Sequence[int], Sequence[int], Sequence[float]]],

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from rlkit.config.schema import RunConfig
 
 log = logging.getLogger(__name__)
-SEED = 0
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
 LOCAL_RAY_ADDRESS = "127.0.0.2"
@@ -97,6 +96,20 @@ def set_aside_steps_after(trials: Path, step: int) -> list[Path]:
     return moved
 
 
+def step_trial_counts(result: Any) -> dict[str, int]:
+    """The rollout actor's progress counts, for a finished step (passed = graded with reward >= 1)."""
+    records = result.records
+    return {"done": len(records), "total": len(records), "masked": sum(r.masked for r in records),
+            "passed": sum(not r.masked and r.reward >= 1.0 for r in records)}
+
+
+def set_aside_stale_steps(trials: Path, start: int) -> list[Path]:
+    """What a run starting after `start` must not read as its own: the steps after it; and on a fresh
+    start (0) every step, step_0's validation included (RESUME_MODE=disable, or an earlier run under this
+    name that left no checkpoint: its results would pass for this policy's "before")."""
+    return set_aside_steps_after(trials, start if start > 0 else -1)
+
+
 def due(step: int, freq: int, last: int) -> bool:
     """verl's rule: every `freq` steps and at the last one; never when freq <= 0."""
     return freq > 0 and (step % freq == 0 or step == last)
@@ -114,7 +127,7 @@ def policy_config(cfg: RunConfig) -> dict[str, Any]:
                           fix="pick a MINI_BSZ that divides TRAIN_BSZ")
     return {"algo": asdict(AlgoConfig.from_run_config(cfg)), "optim": {"lr": cfg.LR},
             "max_prompt": cfg.MAX_PROMPT, "max_response": cfg.MAX_RESP,
-            "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ}
+            "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ, "seed": cfg.SEED}
 
 
 @contextlib.contextmanager
@@ -173,6 +186,7 @@ class LocalTrainer:
         self.paths = RunPaths(root, self.cfg.PROJECT_NAME or "default", self.cfg.EXP_NAME or "default")
         self.state_dir = root / ".rlkit" / "runs" / self.paths.project / self.paths.exp
         self.progress = StepProgress(console)
+        self._counts: dict[str, int] = {}  # the rollout actor's last trial counts
 
     # ---- pieces
     def _rows(self, key: str) -> list[Any]:
@@ -181,11 +195,13 @@ class LocalTrainer:
         path = self.resolved.path(key)
         return load_index(path) if path else []
 
-    def _engine_config(self, inf: Any, experiment: str) -> dict[str, Any]:
+    def _engine_config(self, inf: Any, experiment: str, *, seeded: bool = False) -> dict[str, Any]:
+        """The rollout engine's settings; `seeded` for validation (attempts seeded from SEED: paired passes)."""
         from rlkit.rollout.engine import EngineConfig
 
         config = EngineConfig.from_run_config(self.cfg, model_name=inf.model_name, proxy_url=inf.proxy_url,
-                                              trials_root=self.paths.root / "harbor_trials", experiment=experiment)
+                                              trials_root=self.paths.root / "harbor_trials", experiment=experiment,
+                                              seed=self.cfg.SEED if seeded else None)
         return config.model_dump()
 
     def _validate(self, rollout: Any, step: int, val_rows: list[Any]) -> dict[str, float]:
@@ -193,10 +209,12 @@ class LocalTrainer:
 
         results = self.paths.val_trials / f"step_{step}" / "results.jsonl"
         ref = rollout.validate.remote(step, val_rows, self.cfg.VAL_N, str(results))
-        report = self._wait(ref, rollout, f"step {step}: validate")
-        return val_metrics(report, {r.task_id: r.data_source for r in val_rows})
+        report = self._wait(ref, rollout, f"step {step}: validate", kind="val attempts")
+        metrics = val_metrics(report, {r.task_id: r.data_source for r in val_rows})
+        self.progress.validated(step, metrics, self._counts)
+        return metrics
 
-    def _wait(self, ref: Any, rollout: Any, phase: str) -> Any:
+    def _wait(self, ref: Any, rollout: Any, phase: str, kind: str = "train trials") -> Any:
         """ray.get with live progress of the rollout actor's trials."""
         import ray
 
@@ -204,7 +222,8 @@ class LocalTrainer:
         while True:
             done, _ = ray.wait([ref], timeout=1.0)
             with contextlib.suppress(Exception):
-                self.progress.trials(ray.get(rollout.progress.remote(), timeout=5))
+                self._counts = ray.get(rollout.progress.remote(), timeout=5)
+                self.progress.trials(self._counts, kind)
             if done:
                 return ray.get(ref)
 
@@ -267,7 +286,7 @@ class LocalTrainer:
         cfg = self.cfg
         rows = self._rows("TRAIN_FILES")
         val_rows = self._rows("VAL_FILES") if cfg.TRAINER_TEST_FREQ > 0 else []
-        sampler = TaskSampler(rows, seed=SEED)
+        sampler = TaskSampler(rows, seed=cfg.SEED)
         last = total_steps(cfg, len(sampler))
         ckpt_root = self.paths.checkpoints
         start = latest_step(ckpt_root) if cfg.RESUME_MODE.value == "auto" else 0
@@ -279,7 +298,7 @@ class LocalTrainer:
                                "(raise TOTAL_STEPS / TOTAL_EPOCHS, or RESUME_MODE=disable to start over)")
             return 0
         for trials in (self.paths.trials, self.paths.val_trials):
-            for moved in set_aside_steps_after(trials, start):
+            for moved in set_aside_stale_steps(trials, start):
                 self.progress.note(f"set aside an interrupted step's trials: {moved}")
         lock.update(phase="ray")
         with local_ray(self.paths) as ray_children:
@@ -290,7 +309,7 @@ class LocalTrainer:
                 policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
-                    self._engine_config(inf, self.paths.val_exp) if val_rows else None)
+                    self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None)
                 # the actors' processes too: after a kill -9 the reaper stops them before removing sandboxes
                 actor_pids = ray.get([policy.pid.remote(), rollout.pid.remote()])
                 lock.update(phase="actors", children=ray_children + process_ids(actor_pids))
@@ -300,9 +319,10 @@ class LocalTrainer:
                     extra = ray.get(policy.load_checkpoint.remote(str(ckpt_root))) or {}
                     start = int(extra.get("global_step", start))
                     saved = ray.get(policy.save_hf.remote(str(weights_dir)))
-                    inf.sync_weights(weights_dir)
+                    report = inf.sync_weights(weights_dir, probe=LogprobProbe(*saved["probe"]))
                     self.progress.note(f"resumed {cfg.EXP_NAME} at global_step_{start} "
-                                       f"(weights live in vLLM in {saved['seconds']:.1f}s)")
+                                       f"(weights live in vLLM in {saved['seconds']:.1f}s, "
+                                       f"{'verified' if report.verified else 'NOT verified'} by the probe)")
                 self.progress.start_run(start, last)
                 if val_rows and start == 0:  # verl's val_before_train: the starting policy's numbers, at step 0
                     lock.update(phase="validate")
@@ -317,6 +337,7 @@ class LocalTrainer:
                     lock.update(step=step - 1, phase="rollout")  # step = the last finished step
                     t = time.perf_counter()
                     result = self._wait(rollout.run_step.remote(step, batch_rows), rollout, f"step {step}: rollout")
+                    step_counts = step_trial_counts(result)
                     metrics["timing_s/gen"] = time.perf_counter() - t
                     metrics.update(rollout_metrics(result))
                     trainable = [r for r in result.records if r.trainable]
@@ -343,7 +364,7 @@ class LocalTrainer:
                         self.progress.phase(f"step {step}: checkpoint")
                         t = time.perf_counter()
                         ray.get(policy.save_checkpoint.remote(str(ckpt_root), step, {
-                            "global_step": step, "seed": SEED, "sampler_next_step": step,
+                            "global_step": step, "seed": cfg.SEED, "sampler_next_step": step,
                             "epoch": sampler.epoch_of(step, cfg.TRAIN_BSZ)}))
                         metrics["timing_s/save_checkpoint"] = time.perf_counter() - t
                     if val_rows and due(step, cfg.TRAINER_TEST_FREQ, last):
@@ -355,7 +376,7 @@ class LocalTrainer:
                     metrics["perf/time_per_step"] = metrics["timing_s/step"]
                     metrics_log.log(step, metrics)
                     lock.update(step=step, phase="done" if step == last else "next")
-                    self.progress.step_done(step, metrics)
+                    self.progress.step_done(step, metrics, step_counts)
         return 0
 
 

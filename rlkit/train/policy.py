@@ -162,7 +162,9 @@ class PolicyUpdater:
                              entropy_grad=entropy_grad, compiled=flags.compile, **kwargs)
         wanted_dev = wanted.to(dev)
         zeros = torch.zeros(wanted.shape, dtype=torch.float32, device=dev)
-        return zeros.masked_scatter(wanted_dev, logp), zeros.masked_scatter(wanted_dev, ent.detach())
+        # the entropy keeps its graph when the loss has an entropy bonus, or the bonus could not train
+        return zeros.masked_scatter(wanted_dev, logp), zeros.masked_scatter(wanted_dev,
+                                                                            ent if entropy_grad else ent.detach())
 
     @torch.no_grad()
     def _ref_log_probs(self, batch: TrainBatch) -> torch.Tensor:
@@ -231,7 +233,7 @@ class PolicyUpdater:
                     ref_log_prob=None if mic.ref_log_probs is None else mic.ref_log_probs.to(dev), config=config)
                 with _model.sdpa_backend(self.flags.attention):
                     loss.backward()
-                ent_sum += entropy.sum()
+                ent_sum += entropy.detach().sum()
                 for name, value in metrics.items():
                     step[name] = step.get(name, 0.0) + float(value)
                 add("actor/pg_clipfrac", metrics["actor/pg_clipfrac"])

@@ -37,17 +37,34 @@ class StepProgress:
         if not self.console.is_terminal:  # no live bar in a log file: one plain line per phase
             self.note(f"[{self._steps[0]}/{self._steps[1]}] {text}")
 
-    def trials(self, counts: dict[str, int]) -> None:
-        total = max(int(counts.get("total", 0)), 1)
-        self._progress.update(self._task, total=total, completed=int(counts.get("done", 0)),
-                              counts=f"[green]passing {counts.get('passed', 0)}[/] "
-                                     f"[yellow]masked {counts.get('masked', 0)}[/]")
+    def trials(self, counts: dict[str, int], kind: str = "trials") -> None:
+        """Trials done of the phase's total; `kind` says whose (train trials, val attempts)."""
+        self._progress.update(self._task, total=max(int(counts.get("total", 0)), 1),
+                              completed=int(counts.get("done", 0)), counts=trial_counts(counts, kind))
 
-    def step_done(self, step: int, metrics: dict[str, Any]) -> None:
+    def validated(self, step: int, metrics: dict[str, Any], counts: dict[str, int]) -> None:
+        """One line for a finished validation: what it measured, not how many attempts finished."""
+        pass1 = metrics.get("val/pass@1")
+        shown = f"{pass1:.3f}" if isinstance(pass1, float) else "n/a"
+        self.note(f"step {step}: validation pass@1 {shown} ({trial_counts(counts, 'val attempts')})")
+
+    def step_done(self, step: int, metrics: dict[str, Any], counts: dict[str, int] | None = None) -> None:
         self._steps = (step, self._steps[1])
         reward = metrics.get("critic/rewards/mean")
-        self._progress.update(self._task, step=f"step {step}/{self._steps[1]}",
-                              phase=f"done (reward {reward:.3f})" if isinstance(reward, float) else "done")
+        fields: dict[str, Any] = {"step": f"step {step}/{self._steps[1]}",
+                                  "phase": f"done (reward {reward:.3f})" if isinstance(reward, float) else "done"}
+        if counts is not None:  # the bar ends on the step's own trials, not the last validation's
+            fields.update(total=max(int(counts.get("total", 0)), 1), completed=int(counts.get("done", 0)),
+                          counts=trial_counts(counts, "train trials"))
+        self._progress.update(self._task, **fields)
 
     def note(self, text: str) -> None:
         self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def trial_counts(counts: dict[str, int], kind: str) -> str:
+    """`passed 3 of 16 train trials, masked 1`: the passed share names its denominator."""
+    done = int(counts.get("done", 0))
+    text = f"passed {int(counts.get('passed', 0))} of {done} {kind}"
+    masked = int(counts.get("masked", 0))
+    return f"{text}, masked {masked}" if masked else text

@@ -74,14 +74,21 @@ class SftResult(BaseModel):
 # --- which tasks, and the cache key ----------------------------------------------------------
 
 def train_task_dirs(tasks: str | Path, *, val_fraction: float | None = None, seed: int = 0) -> list[Path]:
-    """Train tasks from a task index (.parquet: its train rows) or a tasks directory (train split if
-    `val_fraction`, else all); only tasks with an oracle solution can be taught."""
+    """Train tasks from a task index (.parquet: its train rows) or a tasks directory (the train part of
+    the seeded split `val_fraction` makes, the same as `rlkit index build --val-fraction`; 0 teaches every
+    task); only tasks with an oracle solution can be taught. A directory without `val_fraction` is
+    refused: its val tasks would be taught, and validation would then measure memory."""
     from rlkit.tasks.index import build_rows, load_index
 
     path = Path(tasks)
     if path.suffix == ".parquet":
         rows = [r for r in load_index(path) if r.split == "train"]
     else:
+        if val_fraction is None:
+            raise UserError(f"{path} is a tasks directory: without a split the warm start would teach the "
+                            "validation tasks too", key="val_fraction", file=str(path),
+                            fix="pass --val-fraction F (the split of `rlkit index build --val-fraction F`), "
+                                "a train index (--tasks train.parquet), or --val-fraction 0 to teach every task")
         rows = build_rows(path, "train", val_fraction=val_fraction, seed=seed)
     dirs = [Path(r.task_source) for r in rows if not r.is_git]
     dirs = [d for d in dirs if (d / "solution" / "solve.sh").is_file()]

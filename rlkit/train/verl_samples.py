@@ -2,10 +2,10 @@
 
 verl's agent-loop worker turns every input row into exactly one output, so a trial
 whose proxy record broke into several segments (a prefix break: compaction, a rewritten
-history, side calls) cannot become several samples there. The rule: **train on the
-longest chain** — the segment with the most model-sampled tokens (ties: the later one,
-which holds the final answer the tests graded). The other segments are dropped and
-counted: `num_breaks` (segments - 1) and `dropped_model_tokens` go into `extra_fields`,
+history, side calls) cannot become several samples there. The rule, written once in
+`rlkit.rollout.records` and followed by the local trainer too: **train on the longest
+chain** (`longest_chain`). The other segments are dropped and counted: `num_breaks`
+(segments - 1) and `dropped_model_tokens` go into `extra_fields`,
 so breaks show up as a metric instead of silently shrinking the batch.
 
 Masking follows `rlkit.rollout.records`: a masked trial (infrastructure failure, or no
@@ -19,17 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkit.rollout.records import TokenSegment, TrialRecord
+from rlkit.rollout.records import TrialRecord, longest_chain
 from rlkit.tasks.index import IndexRow
-
-
-def longest_chain(segments: list[TokenSegment]) -> TokenSegment | None:
-    """The segment with the most sampled tokens; the later one wins a tie."""
-    best: TokenSegment | None = None
-    for segment in segments:
-        if best is None or sum(segment.response_mask) >= sum(best.response_mask):
-            best = segment
-    return best
 
 
 def sample_fields(record: TrialRecord, *, pad_id: int = 0, max_response: int | None = None) -> dict[str, Any]:

@@ -63,7 +63,7 @@ def test_long_lines_are_clipped_in_messages() -> None:
 
 @pytest.mark.parametrize(("key", "bad", "good"), [
     ("PROXY_PORT", [0, 70000, -1], [1, 65535]), ("RAY_PORT", [0, 65536], [6379]),
-    ("ROLLOUT_GPU_MEM", [0, 7, -0.1, math.nan], [0.01, 1.0]), ("LR", [math.nan, math.inf, 0, 2], [1e-6]),
+    ("ROLLOUT_GPU_MEM", [0, 7, -0.1, math.nan], [0.01, 1.0]), ("LR", [math.nan, math.inf, -1e-6, 2], [1e-6, 0]),
     ("KL_LOSS_COEF", [-1, math.inf], [0.0, 0.5]), ("MAX_SANDBOXES", [0], [1, 64]), ("TRAIN_BSZ", [0, 10**40], [2]),
     ("N_NODES_ROLLOUT", [-1], [0]), ("TRAINER_SAVE_FREQ", [-2], [-1, 10]),
     ("OUTPUT_DIR", ["a\x00b", "x/" + "y" * 256, "a" * 5000], ["/tmp/out", "."]),

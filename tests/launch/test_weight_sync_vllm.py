@@ -139,3 +139,48 @@ def test_tied_embeddings_reload_in_place_without_a_stale_output_layer(tiny_model
         report = inf.sync_weights(updated, probe=probe)
         print(f"\ntied: plain reload_weights max diff {plain[0]:.3g}; rlkit's reload {report.model_dump_json()}")
         assert report.method == "reload" and report.max_abs_diff is not None and report.max_abs_diff < 1e-3
+
+
+def _group(prompt: list[int], responses: list[list[int]]) -> list[Any]:
+    from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
+
+    return [TrialRecord(uid="1:0:t", task_id="t", session=f"s{i}", outcome=Outcome.PASSED if i == 0 else
+                        Outcome.FAILED_TESTS, reward=1.0 if i == 0 else 0.0, masked=False,
+                        segments=[TokenSegment(prompt_ids=prompt, response_ids=r, response_mask=[1] * len(r),
+                                               response_logprobs=[-8.0] * len(r))])
+            for i, r in enumerate(responses)]
+
+
+def test_a_no_op_update_serves_the_policy_exactly_as_first_served(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The trainer's own path (PolicyWorker.update at LR 0, save_hf, in-place reload): the server's
+    logprobs afterwards equal those it served at boot, so between a run's step-0 and step-N
+    validations only the update changes the served policy. The probe calls that sync verified but
+    indecisive; a real update's sync is decisive and verified."""
+    from dataclasses import asdict
+
+    from rlkit.train.actors import PolicyWorker, fixed_probe_tokens
+    from rlkit.train.algo import AlgoConfig
+
+    worker = PolicyWorker(str(tiny_model_dir), {"algo": asdict(AlgoConfig()), "optim": {"lr": 0.0},
+                                                "max_prompt": 512, "max_response": 512, "mini_batches": 1},
+                          threads=1)
+    prompt, target = fixed_probe_tokens(int(worker.updater.model.config.vocab_size))
+    records = _group(PROMPT[:64], [TARGET, list(range(700, 740))])
+    with inference(tiny_config(tiny_model_dir, tmp_path)) as inf:
+        first = inf.probe_logprobs(prompt, target)
+        worker.update(records)
+        saved = worker.save_hf(str(tmp_path / "w0"))
+        noop = inf.sync_weights(tmp_path / "w0", probe=LogprobProbe(*saved["probe"]))
+        after = inf.probe_logprobs(prompt, target)
+        assert logprob_diff(after, first)[0] == 0.0
+        assert (noop.method, noop.verified, noop.decisive) == ("reload", True, False)
+        assert noop.probe_moved == 0.0
+
+        worker.updater.optimizer.param_groups[0]["lr"] = 1e-2
+        worker.update(records)
+        saved = worker.save_hf(str(tmp_path / "w1"))
+        real = inf.sync_weights(tmp_path / "w1", probe=LogprobProbe(*saved["probe"]))
+        assert (real.method, real.verified, real.decisive) == ("reload", True, True)
+        assert real.probe_moved is not None and real.max_abs_diff is not None
+        assert real.max_abs_diff < 0.01 * real.probe_moved
+        print(f"\nno-op sync {noop.model_dump_json()}\nreal sync {real.model_dump_json()}")

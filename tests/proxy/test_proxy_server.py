@@ -285,6 +285,23 @@ def test_session_sampling_overrides_win_and_extras_pass_through(tiny_model_dir: 
     run(body())
 
 
+def test_a_seeded_session_seeds_each_call_apart(tiny_model_dir: Path) -> None:
+    """A seed set on the session (a seeded validation attempt) reaches vLLM as seed + call index:
+    the same attempt draws alike at every step, and its calls do not repeat one another's draws."""
+    async def body() -> None:
+        async with proxy_on(tiny_model_dir, ["one", "two"]) as (proxy, [fake]):
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                await client.post("/s/seeded/sampling", json={"seed": 100})
+                history = [{"role": "user", "content": "hi"}]
+                for _ in range(2):
+                    r = await client.post("/s/seeded/v1/chat/completions", json={"model": "m", "messages": history})
+                    history += [r.json()["choices"][0]["message"], {"role": "user", "content": "again"}]
+                await client.post("/s/plain/v1/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert [r.get("seed") for r in fake.requests] == [100, 101, None]
+    run(body())
+
+
 def test_rewritten_history_opens_a_new_segment(tiny_model_dir: Path) -> None:
     async def body() -> None:
         async with proxy_on(tiny_model_dir, ["one", "two"]) as (proxy, _):

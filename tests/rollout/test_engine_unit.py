@@ -114,9 +114,11 @@ class _Engine:
     def __init__(self, root: Path) -> None:
         self.config = EngineConfig(agent="oracle", trials_root=root)
         self.calls = 0
+        self.attempts: list[tuple[str, int | None]] = []
 
-    async def run_trial(self, row: IndexRow, *, uid: str, step: int) -> TrialRecord:
+    async def run_trial(self, row: IndexRow, *, uid: str, step: int, attempt: int | None = None) -> TrialRecord:
         self.calls += 1
+        self.attempts.append((row.task_id, attempt))
         if row.task_id == "median-even-length":
             return _record(uid, O.SANDBOX_ERROR, tokens=False)
         return _record(uid, O.PASSED if self.calls % 2 else O.FAILED_TESTS, float(self.calls % 2))
@@ -130,6 +132,9 @@ def test_pass_resumes_from_its_results_file(tmp_path: Path):
     engine = _Engine(tmp_path)
     tallies = asyncio.run(run_pass(engine, rows, 3, results))
     assert engine.calls == 5  # 2 left for the first task, 3 for the second
+    # a resumed pass numbers its attempts after the recorded one (the numbers seed a seeded pass)
+    assert sorted(engine.attempts) == [("median-even-length", 0), ("median-even-length", 1),
+                                       ("median-even-length", 2), ("merge-intervals", 1), ("merge-intervals", 2)]
     assert len(read_results(results)) == 6
     assert (tallies["merge-intervals"].attempts, tallies["merge-intervals"].graded) == (3, 3)
     assert tallies["median-even-length"].pass_rate is None  # every attempt masked
@@ -160,3 +165,51 @@ def test_tamper_suspect_gets_no_reward_and_follows_the_tamper_policy(tmp_path: P
     segment = {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-0.1]}
     record = engine._record(_row("merge-intervals"), "0:0:a", outcome, {"segments": [segment]}, attempts=1)
     assert (record.outcome, record.reward, record.masked) == (O.TAMPER_SUSPECT, 0.0, masked)
+
+
+@pytest.mark.parametrize("reason, masked", [
+    (O.VERIFIER_TIMEOUT, True), (O.NO_REWARD_FILE, True), (O.VERIFIER_ERROR, True), (O.SANDBOX_ERROR, True),
+    (O.AGENT_TIMEOUT, False), (O.AGENT_ERROR, False), (O.FAILED_TESTS, False),
+])
+def test_the_infrastructures_faults_are_masked_and_the_agents_trained(tmp_path: Path, reason: O, masked: bool):
+    """records.py's fault table: a verifier timeout (a loaded machine) or a missing reward file
+    trains nothing; the agent's own failures train with the tests' reward (0 here)."""
+    from rlkit.rollout.trial import TrialOutcome
+
+    engine = RolloutEngine(EngineConfig(agent="oracle", trials_root=tmp_path))
+    outcome = TrialOutcome(task_id="merge-intervals", session="s", reward=0.0, reason=reason)
+    segment = {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-0.1]}
+    record = engine._record(_row("merge-intervals"), "0:0:a", outcome, {"segments": [segment]}, attempts=1)
+    assert (record.outcome, record.masked, record.trainable) == (reason, masked, not masked)
+    summary = summarize(0, [record], 1.0)
+    assert summary.outcomes[reason.value] == 1 and summary.masked == int(masked)
+
+
+def test_a_seeded_pass_posts_the_same_seed_for_the_same_task_and_attempt(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """Validation pairs its passes: attempt j of task t samples with the same seed at every step
+    (and the proxy derives a distinct seed per call from it); another SEED gives other seeds."""
+    from rlkit.rollout.engine import attempt_seed
+
+    from rlkit.rollout import trial
+    from rlkit.rollout.trial import TrialOutcome
+
+    async def no_trial(spec):  # unit test: the sandbox and the agent are not the point
+        return TrialOutcome(task_id="merge-intervals", session=spec.session, reward=0.0, reason=O.FAILED_TESTS)
+
+    monkeypatch.setattr(trial, "run_trial", no_trial)
+    posted: list[dict] = []
+
+    class Recording(RolloutEngine):
+        async def _proxy_post(self, session, what, body, query=""):
+            if what == "sampling":
+                posted.append(dict(body))
+            return None
+
+    engine = Recording(EngineConfig(model_name="tiny", proxy_url="http://127.0.0.1:9", trials_root=tmp_path,
+                                    seed=7, max_attempts=1))
+    asyncio.run(engine.run_trial(_row("merge-intervals"), uid="0:0:m", step=0, attempt=3))
+    asyncio.run(engine.run_trial(_row("merge-intervals"), uid="8:0:m", step=8, attempt=3))
+    assert posted == [{"seed": attempt_seed(7, "merge-intervals", 3)}] * 2
+    assert attempt_seed(7, "merge-intervals", 3) != attempt_seed(8, "merge-intervals", 3)
+    assert attempt_seed(7, "merge-intervals", 3) != attempt_seed(7, "merge-intervals", 4)

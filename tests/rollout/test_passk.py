@@ -46,3 +46,18 @@ def test_report_of_a_pass():
     assert report["tasks"]["a"] == {"n": 4, "c": 1, "attempts": 4, "pass@1": 0.25, "pass@4": 1.0}
     assert report["tasks"]["b"]["pass@4"] is None  # 3 graded attempts cannot give pass@4
     assert report["overall"] == {"pass@1": pytest.approx(0.625), "pass@4": 1.0}
+
+
+def test_pass1_and_its_intervals_over_groups_tasks_and_attempts():
+    from rlkit.rollout.passk import paired_gain_interval, pass1, pass1_interval
+
+    before = {"s0": {"a": {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0}, "b": {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0}},
+              "s1": {"a": {0: 1.0, 1: 1.0, 2: 0.0, 3: 0.0}, "b": {0: 0.0, 1: 0.0, 2: 1.0, 3: 0.0}}}
+    assert pass1(before) == pytest.approx(((0.5 + 0.0) / 2 + (0.5 + 0.25) / 2) / 2)
+    point, low, high = pass1_interval(before, reps=500)
+    assert low <= point <= high and 0.0 <= low < high <= 1.0
+    # the same draws again: a paired gain of exactly 0 with a zero-width interval
+    assert paired_gain_interval(before, before, reps=200) == (0.0, 0.0, 0.0)
+    after = {g: {t: {j: 1.0 for j in a} for t, a in tasks.items()} for g, tasks in before.items()}
+    gain, low, high = paired_gain_interval(before, after, reps=500)
+    assert gain == pytest.approx(1.0 - pass1(before)) and 0.0 < low <= gain <= high <= 1.0

@@ -1,4 +1,5 @@
-"""Trial records become verl-shaped rows: one per trainable segment, left-padded prompts, truncation."""
+"""Trial records become verl-shaped rows: one per trainable trial (its longest chain), left-padded prompts,
+truncation."""
 
 from __future__ import annotations
 
@@ -24,20 +25,35 @@ def record(uid, reward, segments, outcome=Outcome.PASSED, masked=False):
 def test_rows_layout_rewards_and_groups():
     records = [
         record("a", 1.0, [seg([1, 2, 3], [4, 5, 6, 7], [1, 0, 1, 1])]),
-        record("a", 0.0, [seg([1, 2], [8, 9]), seg([1, 2, 8, 9, 10], [11], [1])]),  # two segments: two rows
+        record("a", 0.0, [seg([1, 2], [8, 9]), seg([1, 2, 8, 9, 10], [11], [1])]),  # two segments: the longer
         record("b", 0.0, [seg([5], [6])], outcome=Outcome.SANDBOX_ERROR, masked=True),  # infra: skipped
         record("b", 1.0, [seg([5], [6, 7], [0, 0])]),  # no sampled token: nothing to train
     ]
     b = build_batch(records, max_prompt=100, max_response=100, pad_id=PAD)
-    assert b.rows == 3 and list(b.uid) == ["a", "a", "a"]
-    assert b.input_ids.shape == (3, 5 + 4)
-    assert b.input_ids[0].tolist() == [PAD, PAD, 1, 2, 3, 4, 5, 6, 7]
-    assert b.attention_mask[1].tolist() == [0, 0, 0, 1, 1, 1, 1, 0, 0]
-    assert b.position_ids[0, 2:].tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert b.rows == 2 and list(b.uid) == ["a", "a"]
+    assert b.input_ids.shape == (2, 3 + 4)
+    assert b.input_ids[0].tolist() == [1, 2, 3, 4, 5, 6, 7]
+    assert b.input_ids[1].tolist() == [PAD, 1, 2, 8, 9, PAD, PAD]
+    assert b.meta["dropped_model_tokens"] == 1  # the shorter segment's one sampled token
+    assert b.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 6]
     assert b.response_mask[0].tolist() == [1, 0, 1, 1]
     assert b.old_log_probs[0].tolist() == [-0.5, 0.0, -0.5, -0.5]
     assert b.token_level_rewards[0].tolist() == [0, 0, 0, 1.0]  # on the last response token
-    assert b.token_level_rewards[1].sum() == 0 and b.response_lengths.tolist() == [4, 2, 1]
+    assert b.token_level_rewards[1].sum() == 0 and b.response_lengths.tolist() == [4, 2]
+
+
+def test_a_trial_of_several_segments_is_one_member_of_its_group():
+    """GRPO's group statistics count each trial once: a pass split into three segments and a
+    failure give advantages +a / -a (two members), not the 3:1 group a row per segment made."""
+    from rlkit.train.algo import AlgoConfig, compute_advantages
+
+    split = record("g", 1.0, [seg([1], [2, 3]), seg([1, 2, 3, 4], [5, 6, 7]), seg([9], [8])])
+    failed = record("g", 0.0, [seg([1], [4, 4])])
+    b = build_batch([split, failed], max_prompt=100, max_response=100, pad_id=PAD)
+    assert b.rows == 2 and b.responses[0, :3].tolist() == [5, 6, 7]  # the longest chain
+    adv, _ = compute_advantages(b, AlgoConfig())
+    pos, neg = float(adv[0, 0]), float(adv[1, 0])
+    assert pos > 0 and neg == -pos  # two members, rewards 1 and 0: symmetric
 
 
 def test_truncation_keeps_recent_prompt_and_first_response_tokens():

@@ -53,6 +53,19 @@ def test_an_interrupted_runs_later_steps_are_set_aside(tmp_path: Path) -> None:
     assert set_aside_steps_after(tmp_path / "missing", 0) == []
 
 
+def test_a_fresh_start_sets_aside_every_earlier_step_and_a_resume_only_later_ones(tmp_path: Path) -> None:
+    """An earlier run's val_trials/step_0 is not this run's "before" (RESUME_MODE=disable, a new
+    MODEL_PATH under the same EXP_NAME): a fresh start moves it aside, so validation reruns it."""
+    from rlkit.train.local import set_aside_stale_steps
+
+    for name in ("step_0", "step_4", "step_8"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "step_0" / "results.jsonl").write_text('{"task_id": "t"}\n')
+    assert sorted(p.name.split(".")[0] for p in set_aside_stale_steps(tmp_path, 4)) == ["step_8"]
+    assert sorted(p.name.split(".")[0] for p in set_aside_stale_steps(tmp_path, 0)) == ["step_0", "step_4"]
+    assert not (tmp_path / "step_0").exists()
+
+
 def test_console_line_is_verls_format() -> None:
     from verl.utils.logger.aggregate_logger import concat_dict_to_str
 

@@ -34,3 +34,19 @@ def test_flags_reach_the_settings(seen: dict[str, Any]) -> None:
                          "--teacher-samples", "2", "--max-prompt", "10240", "--max-response", "2048"]) == 0
     assert seen["settings"] == SftSettings(scaffold="oc", target_replay=0.3, teacher_samples=2, max_prompt=10240,
                                            max_response=2048)
+
+
+def test_a_tasks_dir_without_a_split_is_refused_and_a_split_keeps_val_tasks_out() -> None:
+    """`rlkit sft --tasks DIR` with no --val-fraction taught the val tasks too; now it must name the
+    split, and the split is `rlkit index build`'s (same fraction, same seed: the same val tasks)."""
+    from rlkit.errors import UserError
+    from rlkit.tasks.index import build_rows
+
+    tasks = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+    with pytest.raises(UserError) as refused:
+        sft.train_task_dirs(tasks)
+    assert refused.value.key == "val_fraction" and "--val-fraction" in refused.value.fix
+    taught = {d.name for d in sft.train_task_dirs(tasks, val_fraction=0.3)}
+    val = {Path(r.task_source).name for r in build_rows(tasks, "val", val_fraction=0.3)}
+    assert taught and val and not taught & val
+    assert len(sft.train_task_dirs(tasks, val_fraction=0.0)) == 10

@@ -42,11 +42,13 @@ def test_ensure_sft_model_builds_once_then_reads_the_cache(base_image: str, tiny
     tasks = tmp_path / "tasks"
     shutil.copytree(TASK, tasks / TASK.name)
     settings = SftSettings(epochs=2)
-    first = ensure_sft_model(tiny_model_dir, tasks, root=tmp_path / "models", settings=settings, log=lambda _m: None)
+    first = ensure_sft_model(tiny_model_dir, tasks, root=tmp_path / "models", settings=settings, val_fraction=0.0,
+                             log=lambda _m: None)
     assert not first.cached and first.teacher_rewards == {TASK.name: 1.0}
     assert first.model_dir.parent == tmp_path / "models" and first.model_dir.name.startswith("sft-")
     assert (first.model_dir / MARKER).is_file() and (first.model_dir / "chat_template.jinja").is_file()
-    again = ensure_sft_model(tiny_model_dir, tasks, root=tmp_path / "models", settings=settings, log=lambda _m: None)
+    again = ensure_sft_model(tiny_model_dir, tasks, root=tmp_path / "models", settings=settings, val_fraction=0.0,
+                             log=lambda _m: None)
     assert again.cached and again.model_dir == first.model_dir and again.losses == first.losses
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
-from rlkit.train.verl_samples import group_uid, longest_chain, row_from_verl, sample_fields
+from rlkit.rollout.records import longest_chain
+from rlkit.train.verl_samples import group_uid, row_from_verl, sample_fields
 
 
 def _segment(n_model: int, n_tool: int = 0, prompt: int = 3) -> TokenSegment:

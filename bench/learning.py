@@ -1,0 +1,255 @@
+"""Learning: what the embedded run learns beyond a control arm, with 95% intervals over seeds.
+
+For each seed and each arm the embedded trainer (`rlkit train`, TRAINER=local, the embedded
+default's config with SEED, LR and a few names changed) trains --steps steps from the
+warm-started policy:
+
+  rl       the embedded default's learning rate
+  control  LR 0: the same trials, steps, updates and weight syncs with the update switched off
+           (AdamW at LR 0 leaves every weight as it was), so what it gains is noise
+
+Each run validates at step 0 and at its last step on both task sets: the train tasks and the
+held-out val tasks (one index, each row's data_source naming its set), --val-n attempts each.
+Validation attempts are seeded per (SEED, task, attempt), so one policy validated twice draws
+alike: a run's before and after are paired, and a control's gain is what the loop itself
+changes (the server, the machine, the sandboxes), not the sampler's luck.
+
+Reported per arm, pooled over seeds: pass@1 before and after on each task set and the paired
+gain, each with a 95% percentile bootstrap over seeds, tasks and attempts; then RL's gain beyond
+the control's (the same seeds' difference, bootstrapped jointly). Also the reward per training
+step (a table and a PNG, one line per seed and arm) and the wall time of every run. Everything
+printed goes to <out>/learning.json. A run that finished is not run again (delete its folder).
+
+    python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--out .rlkit/bench/learning]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "examples" / "configs" / "embedded.env"
+RLKIT = [sys.executable, "-m", "rlkit.cli.main"]
+ARMS = ("rl", "control")
+SETS = {"train": "train_tasks", "heldout": "heldout_tasks"}  # task set -> data_source in the val index
+
+
+def sh(args: list[str], **kwargs: Any) -> None:
+    subprocess.run(args, cwd=ROOT, check=True, **kwargs)
+
+
+def prepare(out: Path) -> tuple[Path, Path]:
+    """The quickstart's pieces (cached, idempotent): images, tiny model, indexes, warm start; and one
+    validation index holding both task sets."""
+    from rlkit.tasks.index import load_index, write_index
+
+    sh([*RLKIT, "images", "dockerd"])
+    sh([*RLKIT, "images", "base"])
+    sh([*RLKIT, "images", "build", "examples/tasks"])
+    sh([*RLKIT, "model", "tiny", ".rlkit/models/tiny-qwen3"], stdout=subprocess.DEVNULL)
+    indexes = ROOT / ".rlkit" / "indexes"
+    indexes.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        sh([*RLKIT, "index", "build", "examples/tasks", "-o", str(indexes / f"{split}.parquet"), "--split", split,
+            "--val-fraction", "0.3"], stdout=subprocess.DEVNULL)
+    sh([*RLKIT, "sft", str(CONFIG), "--model", ".rlkit/models/tiny-qwen3", "--out", ".rlkit/models/tiny-qwen3-sft"])
+    rows = [r.model_copy(update={"data_source": SETS["train"], "split": "val"})
+            for r in load_index(indexes / "train.parquet")]
+    rows += [r.model_copy(update={"data_source": SETS["heldout"]}) for r in load_index(indexes / "val.parquet")]
+    both = write_index(rows, out / "val_both.parquet")
+    return ROOT / ".rlkit" / "models" / "tiny-qwen3-sft", both
+
+
+def run_config(out: Path, arm: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
+               lr: str) -> Path:
+    """The embedded default's config with this run's keys replaced (a config is parsed, never sourced)."""
+    overrides = {"EXP_NAME": f"{arm}-s{seed}", "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
+                 "MODEL_PATH": str(model), "VAL_FILES": str(val_index), "VAL_N": str(args.val_n),
+                 "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.steps), "TRAINER_SAVE_FREQ": "-1",
+                 "RESUME_MODE": "disable"}
+    lines = []
+    for line in CONFIG.read_text().splitlines():
+        name = line.split("=", 1)[0].strip()
+        if "=" in line and not line.lstrip().startswith("#") and name in overrides:
+            continue
+        lines.append(line)
+    lines += [f"{k}={v}" for k, v in overrides.items()]
+    path = out / "configs" / f"{arm}-s{seed}.env"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def val_dir(out: Path, exp: str, step: int) -> Path:
+    return out / "runs" / "harbor_trials" / "embedded" / f"{exp}_val" / f"step_{step}"
+
+
+def train(out: Path, arm: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
+          lr: str) -> float | None:
+    """One run (skipped when its last validation is on disk); its wall seconds."""
+    exp = f"{arm}-s{seed}"
+    if (val_dir(out, exp, args.steps) / "eval.json").is_file():
+        return None
+    config = run_config(out, arm, seed, args, model, val_index, lr)
+    log = out / "logs" / f"{exp}.out"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"… {exp}: training {args.steps} steps (log {log})", flush=True)
+    started = time.perf_counter()
+    with log.open("w") as sink:
+        proc = subprocess.run([*RLKIT, "train", str(config)], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{exp} failed (exit {proc.returncode}); see {log}")
+    (out / "runs" / f"{exp}.wall").write_text(f"{wall:.1f}\n")
+    return wall
+
+
+def passes(results: Path, sources: dict[str, str]) -> dict[str, dict[str, dict[int, float]]]:
+    """task set -> task -> attempt number -> 1.0/0.0, graded attempts of one validation."""
+    from rlkit.rollout.passes import read_results
+
+    out: dict[str, dict[str, dict[int, float]]] = {name: {} for name in SETS}
+    for r in read_results(results):
+        if r.graded and r.attempt is not None:
+            out[sources[r.task_id]].setdefault(r.task_id, {})[r.attempt] = 1.0 if r.passed else 0.0
+    return out
+
+
+def rewards_per_step(jsonl: Path) -> dict[int, float]:
+    out = {}
+    for line in jsonl.read_text().splitlines():
+        record = json.loads(line)
+        value = record.get("data", {}).get("critic/rewards/mean")
+        if record.get("step", 0) > 0 and value is not None:
+            out[int(record["step"])] = float(value)
+    return out
+
+
+def fmt(interval: tuple[float | None, float | None, float | None]) -> str:
+    point, low, high = interval
+    return "n/a" if point is None else f"{point:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def level(interval: tuple[float | None, float | None, float | None]) -> str:
+    point, low, high = interval
+    return "n/a" if point is None else f"{point:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run in report["runs"]:
+        steps = sorted(run["reward_per_step"], key=int)
+        ax.plot([int(s) for s in steps], [run["reward_per_step"][s] for s in steps],
+                linestyle="-" if run["arm"] == "rl" else "--", marker="o", markersize=3,
+                label=f"{run['arm']} seed {run['seed']}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("reward mean (train trials)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("Embedded run: reward per step, RL vs control (LR 0)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--val-n", type=int, default=8, help="validation attempts per task (both task sets)")
+    parser.add_argument("--lr", default=None, help="the rl arm's LR (default: the embedded config's)")
+    parser.add_argument("--out", type=Path, default=ROOT / ".rlkit" / "bench" / "learning")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap draws")
+    args = parser.parse_args(argv)
+    from rlkit.config.resolve import resolve
+    from rlkit.rollout.passk import paired_gain_interval, pass1_interval
+    from rlkit.tasks.index import load_index
+
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    lr = args.lr or str(resolve(CONFIG).config.LR)
+    model, val_index = prepare(out)
+    sources = {r.task_id: next(k for k, v in SETS.items() if v == r.data_source) for r in load_index(val_index)}
+    started = time.perf_counter()
+    for seed in seeds:
+        for arm in ARMS:
+            train(out, arm, seed, args, model, val_index, lr if arm == "rl" else "0")
+
+    runs, by_arm = [], {arm: {"before": {s: {} for s in SETS}, "after": {s: {} for s in SETS}} for arm in ARMS}
+    for seed in seeds:
+        for arm in ARMS:
+            exp = f"{arm}-s{seed}"
+            before = passes(val_dir(out, exp, 0) / "results.jsonl", sources)
+            after = passes(val_dir(out, exp, args.steps) / "results.jsonl", sources)
+            for name in SETS:
+                by_arm[arm]["before"][name][exp] = before[name]
+                by_arm[arm]["after"][name][exp] = after[name]
+            wall_file = out / "runs" / f"{exp}.wall"
+            runs.append({"arm": arm, "seed": seed, "exp": exp,
+                         "wall_s": float(wall_file.read_text()) if wall_file.is_file() else None,
+                         "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{exp}.jsonl")})
+
+    lines = [f"# Learning: {len(seeds)} seeds x {args.steps} steps of the embedded default (LR {lr}) vs a "
+             f"control (LR 0); validation {args.val_n} seeded attempts per task, paired before/after; "
+             f"95% bootstrap over seeds, tasks and attempts", "",
+             "| arm | task set | pass@1 before | pass@1 after | gain (after - before) |", "|---|---|---|---|---|"]
+    summary: dict[str, Any] = {}
+    for arm in ARMS:
+        for name in SETS:
+            b, a = by_arm[arm]["before"][name], by_arm[arm]["after"][name]
+            row = {"before": pass1_interval(b, reps=args.reps), "after": pass1_interval(a, reps=args.reps),
+                   "gain": paired_gain_interval(b, a, reps=args.reps)}
+            summary[f"{arm}/{name}"] = row
+            lines.append(f"| {arm} | {name} | {level(row['before'])} | {level(row['after'])} | {fmt(row['gain'])} |")
+    # RL beyond the control: per seed, (rl after - rl before) - (control after - control before); the two
+    # arms of a seed are resampled together (their tasks and attempt numbers are the same).
+    for name in SETS:
+        beyond: dict[str, dict[str, dict[int, float]]] = {}
+        for seed in seeds:
+            rl_b, rl_a = by_arm["rl"]["before"][name][f"rl-s{seed}"], by_arm["rl"]["after"][name][f"rl-s{seed}"]
+            c_b = by_arm["control"]["before"][name][f"control-s{seed}"]
+            c_a = by_arm["control"]["after"][name][f"control-s{seed}"]
+            for task in rl_b:
+                keys = set(rl_b[task]) & set(rl_a.get(task, {})) & set(c_b.get(task, {})) & set(c_a.get(task, {}))
+                if keys:
+                    beyond.setdefault(f"s{seed}", {})[task] = {
+                        j: (rl_a[task][j] - rl_b[task][j]) - (c_a[task][j] - c_b[task][j]) for j in keys}
+        row = pass1_interval(beyond, reps=args.reps)
+        summary[f"rl_beyond_control/{name}"] = {"gain": row}
+        lines.append(f"| rl - control | {name} | | | {fmt(row)} |")
+
+    steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})
+    lines += ["", "Reward per training step (critic/rewards/mean over the step's graded trials):", "",
+              "| run | " + " | ".join(str(s) for s in steps) + " | wall |",
+              "|---|" + "---|" * (len(steps) + 1)]
+    for run in runs:
+        values = " | ".join(f"{run['reward_per_step'].get(s, float('nan')):.2f}" for s in steps)
+        wall = f"{run['wall_s'] / 60:.1f} min" if run["wall_s"] else "n/a"
+        lines.append(f"| {run['exp']} | {values} | {wall} |")
+    png = out / "reward_per_step.png"
+    report = {"seeds": seeds, "steps": args.steps, "val_n": args.val_n, "lr": lr, "summary": summary,
+              "runs": runs, "plot": str(png), "bench_wall_s": time.perf_counter() - started}
+    plot(report, png)
+    lines += ["", f"plot: {png}", f"bench wall: {report['bench_wall_s'] / 60:.1f} min (runs skipped when done)"]
+    text = "\n".join(lines)
+    print(text)
+    report["printed"] = text
+    (out / "learning.json").write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
