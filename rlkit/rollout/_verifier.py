@@ -154,6 +154,14 @@ class VerifierNetworkError(RuntimeError):
     """The tests scored 0 because they could not reach the network (a task fault: verifier_error)."""
 
 
+# pytest's answer to an option of a plugin that did not load (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+_PLUGIN_OPTION = re.compile(r"error: unrecognized arguments: (-\S+)")
+
+
+class VerifierPluginError(RuntimeError):
+    """The tests scored 0 because they need a pytest plugin the image does not install (a task fault)."""
+
+
 class TamperSuspectError(RuntimeError):
     """The agent changed files that can steer the verifier; the tests were not run."""
 
@@ -178,10 +186,24 @@ class GuardedVerifier(Verifier):
                     raise VerifierNetworkError(
                         f"the tests failed reaching the network at grading time ({network_failure!r} in "
                         "test-stdout.txt): the task's test.sh downloads tools; bake them into its image")
+                if profile is not None and "PYTEST_DISABLE_PLUGIN_AUTOLOAD" in profile.grading_env():
+                    self._raise_on_missing_plugin()
             return result
         except BaseException as exc:
             VERIFIER_FAILURES[key] = type(exc).__name__
             raise
+
+    def _raise_on_missing_plugin(self) -> None:
+        try:
+            text = self.trial_paths.test_stdout_path.read_text(errors="replace")[-200_000:]
+        except OSError:
+            return
+        match = _PLUGIN_OPTION.search(text)
+        if match:
+            raise VerifierPluginError(
+                f"pytest did not know {match.group(1)}: the tests need a pytest plugin the image does not install "
+                "(grading runs with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 unless the image itself installed plugins); "
+                "install it in the task's image")
 
     async def _exec(self, command: str, profile: Any, **kwargs: Any) -> Any:
         return await self.environment.exec(command=command, shell=profile.tool("bash"), **kwargs)

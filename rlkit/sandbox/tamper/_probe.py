@@ -117,7 +117,32 @@ for d in dict.fromkeys(dirs):
                 out("C", full, child, kind(os.path.join(full, child)))
 '''
 
-# The shell part. $1 is the Python part. Names with tabs or newlines are skipped (never an image's).
+# Interpreters named by absolute path in the shebang of a script on PATH (a tool's own venv,
+# e.g. a pytest installed with `uv tool install`), one per line; run by the first python found.
+SCAN_PART = r'''
+import os, sys
+found = set()
+for d in sys.argv[1:]:
+    try:
+        names = os.listdir(d)
+    except OSError:
+        continue
+    for name in names:
+        try:
+            with open(os.path.join(d, name), "rb") as f:
+                head = f.read(256)
+        except OSError:
+            continue
+        if head.startswith(b"#!"):
+            words = head[2:].split(b"\n")[0].split()
+            if words and words[0].startswith(b"/") and b"python" in words[0].rsplit(b"/", 1)[-1]:
+                found.add(words[0].decode("utf-8", "replace"))
+for path in sorted(found):
+    if "\t" not in path and " " not in path:
+        print(path)
+'''
+
+# The shell part. $1 is the Python part, $2 the shebang scan. Names with tabs or newlines are skipped (never an image's).
 SHELL_PART = r'''
 tab=$(printf '\t')
 rec() { printf '%s\n' "$*"; }
@@ -151,6 +176,7 @@ index() {
   done
 }
 py_part=$1
+scan_part=$2
 rec "W$tab$(pwd)"
 rec "V$tab$PATH"
 seen=" "
@@ -189,16 +215,27 @@ case $seen in *" $w "*) ;; *) dirs="$dirs $w" ;; esac
 for d in $dirs; do index "$d"; done
 # One run per (folder, interpreter): a venv's bin/python is the system binary with another sys.path.
 pys=" "
+first=""
+describe() {
+  py=$1
+  exe=$(readlink -f "$py" 2>/dev/null || printf '%s' "$py")
+  rec "N$tab$py$tab$exe"
+  case $pys in *" ${py%/*}:$exe "*) return ;; esac
+  pys="$pys${py%/*}:$exe "
+  [ -n "$first" ] || first=$py
+  (cd / && PYTHONNOUSERSITE=1 "$py" -c "$py_part" "$py" 2>/dev/null)
+}
 for d in $dirs; do
   for e in "$d"/python "$d"/python[0-9] "$d"/python[0-9].[0-9] "$d"/python[0-9].[0-9][0-9]; do
     [ -x "$e" ] && [ ! -d "$e" ] || continue
-    exe=$(readlink -f "$e" 2>/dev/null || printf '%s' "$e")
-    rec "N$tab$e$tab$exe"
-    case $pys in *" $d:$exe "*) continue ;; esac
-    pys="$pys$d:$exe "
-    (cd / && PYTHONNOUSERSITE=1 "$e" -c "$py_part" "$e" 2>/dev/null)
+    describe "$e"
   done
 done
+if [ -n "$first" ]; then
+  for e in $("$first" -c "$scan_part" $dirs 2>/dev/null); do
+    [ -x "$e" ] && [ ! -d "$e" ] && describe "$e"
+  done
+fi
 true
 '''
 
@@ -207,4 +244,4 @@ def probe_command() -> str:
     """The command a sandbox runs (as root, in its image's own environment) to describe its image."""
     import shlex
 
-    return f"sh -c {shlex.quote(SHELL_PART)} probe {shlex.quote(PYTHON_PART)}"
+    return f"sh -c {shlex.quote(SHELL_PART)} probe {shlex.quote(PYTHON_PART)} {shlex.quote(SCAN_PART)}"

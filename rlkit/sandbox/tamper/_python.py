@@ -190,7 +190,9 @@ class PythonArea:
         for other in search.dirs:
             if other != folder and namespace in self.profile.entries.get(other, {}):
                 children = self.profile.namespaces.get(f"{other}/{namespace}", {})
-                if any(module_name(n, search.interpreter.suffixes, k in "dpl") == child for n, k in children.items()):
+                # a module or package of the namespace (a folder without __init__ there is data: share/doc)
+                if any(k != "d" and module_name(n, search.interpreter.suffixes, k in "pl") == child
+                       for n, k in children.items()):
                     return True
         return False
 

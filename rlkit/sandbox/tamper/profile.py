@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlkit.sandbox.tamper._probe import PYTHON_PART, SHELL_PART, probe_command
+from rlkit.sandbox.tamper._probe import PYTHON_PART, SCAN_PART, SHELL_PART, probe_command
 
 EntryKind = Literal["f", "d", "p", "l"]
-PROBE_VERSION = hashlib.sha256((SHELL_PART + PYTHON_PART).encode()).hexdigest()[:12]
+PROBE_VERSION = hashlib.sha256((SHELL_PART + PYTHON_PART + SCAN_PART).encode()).hexdigest()[:12]
 FIXED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _log = logging.getLogger(__name__)
 _MEMORY: dict[str, ImageProfile] = {}
