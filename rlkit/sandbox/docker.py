@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import tarfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,7 +35,6 @@ from rlkit.sandbox._docker_util import (
     GO_MODE_TYPE,
     daemon_is_local,
     docker_mount,
-    inspect_image,
     is_other_user,
     stat_mode,
     text_or_none,
@@ -60,9 +58,6 @@ DockerNetwork = Literal["none", "bridge", "host"]
 # Largest tar uploaded through the exec session (its base64 must fit one argv string, 128 KiB).
 SESSION_UPLOAD_MAX = 64 * 1024
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
-# One build per image at a time in this process; concurrent trials of a task wait for it.
-_build_locks: dict[str, threading.Lock] = {}
-_build_locks_guard = threading.Lock()
 
 
 class DockerOptions(SandboxIdentityOptions):
@@ -248,47 +243,16 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             await self.exec(f"chown -R {os.getuid()}:{os.getgid()} {targets}", user="root", timeout_sec=120)
 
     async def _ensure_image(self, image: str, force_build: bool) -> None:
-        api = api_client()
+        from rlkit.sandbox.images import ensure_task_image
+
         # The caller names every image; it is built here only from the task's own Dockerfile.
         prebuilt = bool(self.task_env_config.docker_image) or not (self.environment_dir / "Dockerfile").is_file()
-        baked = self.opts.image_variant != "latest"  # a baked scaffold layer: only `rlkit images build` makes it
-        info = None if force_build and not prebuilt else await run_blocking(inspect_image, api, image)
-        if info is None:
-            if prebuilt or not self.opts.build_missing:
-                raise SandboxError(f"image {image} is not present locally", image=image,
-                                   fix="build it with `rlkit images build` (no registry can be pulled from here)")
-            await run_blocking(self._build_once, api, image, force_build)
-            info = await run_blocking(inspect_image, api, image) or {}
-        elif not prebuilt and await run_blocking(self._stale, info):
-            if baked:
-                raise SandboxError(f"image {image} was built from an older environment/ of task "
-                                   f"{self.environment_name}", image=image,
-                                   fix=f"rebuild it: rlkit images build TASKS --scaffold {self.opts.image_variant}")
-            await run_blocking(self._build_once, api, image, False, True)
-            info = await run_blocking(inspect_image, api, image) or {}
+        info = await run_blocking(
+            ensure_task_image, api_client(), image, None if prebuilt else self.environment_dir,
+            self.environment_name, force=force_build, build_missing=self.opts.build_missing,
+            baked=self.opts.image_variant != "latest", log=self.logger.info)
         self._image_user = str((info.get("Config") or {}).get("User") or "")
         self._image_id = str(info.get("Id") or "")
-
-    def _stale(self, info: dict[str, Any]) -> bool:
-        """rlkit built the image from a task's environment/, and not from what it holds now."""
-        from rlkit.sandbox.images import SOURCE_LABEL, TASK_LABEL, source_digest
-
-        labels = (info.get("Config") or {}).get("Labels") or {}
-        return TASK_LABEL in labels and labels.get(SOURCE_LABEL) != source_digest(self.environment_dir)
-
-    def _build_once(self, api: Any, image: str, force_build: bool, if_stale: bool = False) -> None:
-        from rlkit.sandbox.images import TASK_LABEL, build_task_image, inspect_labels
-
-        # A thread lock, not an asyncio one: trials of one task may run on different event loops.
-        with _build_locks_guard:
-            lock = _build_locks.setdefault(image, threading.Lock())
-        with lock:
-            labels = inspect_labels(api, image)
-            if labels is not None and not force_build and (
-                    not if_stale or not self._stale({"Config": {"Labels": labels}})):
-                return  # there, or rebuilt by another trial meanwhile
-            self.logger.info(f"building {image} from {self.environment_dir}")
-            build_task_image(api, self.environment_dir, image, labels={TASK_LABEL: self.environment_name})
 
     async def stop(self, delete: bool) -> None:
         if self._session is not None:

@@ -142,12 +142,66 @@ def image_exists(api, ref: str) -> bool:
 
 def inspect_labels(api, ref: str) -> dict[str, str] | None:
     """The labels of a local image (None when there is no such image)."""
+    info = _inspect(api, ref)
+    return None if info is None else (info.get("Config") or {}).get("Labels") or {}
+
+
+# One build per image at a time in this process; concurrent trials of a task wait for it.
+_build_locks: dict[str, threading.Lock] = {}
+_build_locks_guard = threading.Lock()
+
+
+def ensure_task_image(api, image: str, context_dir: Path | None, task: str, *, force: bool = False,
+                      build_missing: bool = True, baked: bool = False,
+                      log: Callable[[str], None] = lambda _msg: None) -> dict:
+    """The inspect answer of the image a trial runs, built first when it is missing or was
+    built from other sources than `context_dir` holds now (`context_dir` None: prebuilt, as is).
+
+    `baked`: a scaffold layer on the task image, which only `rlkit images build --scaffold`
+    makes; a stale one is an error, not a build."""
+    from rlkit.errors import SandboxError
+
+    info = None if force and context_dir is not None else _inspect(api, image)
+    if info is None:
+        if context_dir is None or not build_missing:
+            raise SandboxError(f"image {image} is not present locally", image=image,
+                               fix="build it with `rlkit images build` (no registry can be pulled from here)")
+        _build_once(api, image, context_dir, task, force=force, log=log)
+    elif context_dir is not None and _stale(info, context_dir):
+        if baked:
+            raise SandboxError(f"image {image} was built from an older environment/ of task {task}", image=image,
+                               fix="rebuild it: rlkit images build TASKS --scaffold <scaffold>")
+        _build_once(api, image, context_dir, task, force=False, log=log)
+    else:
+        return info
+    return _inspect(api, image) or {}
+
+
+def _inspect(api, ref: str) -> dict | None:
     import docker.errors
 
     try:
-        return (api.inspect_image(ref).get("Config") or {}).get("Labels") or {}
+        return api.inspect_image(ref)
     except docker.errors.ImageNotFound:
         return None
+
+
+def _stale(info: dict, context_dir: Path) -> bool:
+    """rlkit built the image from a task's environment/, and not from what it holds now."""
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return TASK_LABEL in labels and labels.get(SOURCE_LABEL) != source_digest(context_dir)
+
+
+def _build_once(api, image: str, context_dir: Path, task: str, *, force: bool, log: Callable[[str], None]) -> None:
+    # A thread lock, not an asyncio one: trials of one task may run on different event loops.
+    with _build_locks_guard:
+        lock = _build_locks.setdefault(image, threading.Lock())
+    with lock:
+        info = _inspect(api, image)
+        if info is not None and not force and not _stale(info, context_dir):
+            return  # built by another trial meanwhile
+        log(f"building {image} from {context_dir}")
+        build_task_image(api, context_dir, image, labels={TASK_LABEL: task})
 
 
 def build_task_image(api, context_dir: Path, ref: str, labels: dict[str, str] | None = None) -> str:
