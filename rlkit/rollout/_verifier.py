@@ -4,8 +4,10 @@ harbor's `Verifier` deletes the reward files and copies tests/ in after the agen
 `test.sh` through whatever `bash`, `chmod` and `python3` come first on PATH. rlkit's runs
 nothing the agent could have replaced:
 
-1. The agent's processes are stopped (pure bash builtins: a loop that writes reward.txt
-   once the tests finished dies here). Processes that cannot be stopped stop the trial.
+1. The agent's processes are stopped (pure bash builtins, in the image's bash, which a first
+   look at the changes found unchanged where that look needs no exec: docker's overlay, read
+   on the host). A loop that writes reward.txt once the tests finished dies here; processes
+   that cannot be stopped stop the trial.
 2. The sandbox is compared with its image (`rlkit.sandbox.tamper`): changes that can steer
    the tests (a shadowing module or command, start-up code, a changed interpreter, test
    runner, library or verifier tool, ...) stop the trial before its tests run with
@@ -211,9 +213,14 @@ class GuardedVerifier(Verifier):
     async def _verify_checked(self, profile: Any) -> VerifierResult:
         paths = EnvironmentPaths.for_os(self.environment.os)
         test_source_dirs, tests_source_dir, host_test_path = self._resolve_tests()
+        tests_dir = str(paths.tests_dir)
+        # Where the change list costs no exec (the overlay, read on the host), judge before
+        # running anything at all: the kill below already runs the image's bash.
+        await self._check_tampering(profile, tests_dir, left=0, host_only=True)
         stopped = await self._exec(_KILL_LEFTOVERS, profile, user="root")
         left = _LEFT.search(stopped.stdout or "")
-        verdict = await self._check_tampering(profile, str(paths.tests_dir), int(left.group(1)) if left else -1)
+        # Again once nothing of the agent runs: the upper layer keeps every change made meanwhile.
+        verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1)
         tool = profile.tool
         prepare = [_fresh_dirs_command(paths, tool), *_undo_commands(verdict.remove, verdict.rebuild_loader_cache,
                                                                       tool)]
@@ -287,12 +294,16 @@ class GuardedVerifier(Verifier):
             self.trial_paths.reward_text_path.unlink(missing_ok=True)
             self.trial_paths.reward_json_path.unlink(missing_ok=True)
 
-    async def _check_tampering(self, profile: Any, tests_dir: str, left: int) -> Any:
-        """After the agent's processes are gone, before the tests: judge the sandbox against its image."""
+    async def _check_tampering(self, profile: Any, tests_dir: str, left: int, host_only: bool = False) -> Any:
+        """Judge the sandbox against its image (None: `host_only` and the changes cannot be read on the host).
+
+        Raises TamperSuspectError on any finding; the trial folder keeps the last judgement."""
         from rlkit.sandbox import tamper
 
-        snapshot = await tamper.snapshot(self.environment)
+        snapshot = await tamper.snapshot(self.environment, host_only=host_only)
         if snapshot is None:
+            if host_only:
+                return None
             raise RuntimeError(f"the {self.environment.type()} backend has an image profile but lists no changes")
         verdict = await tamper.judge(snapshot.changes, profile, snapshot.files, snapshot.workdir, tests_dir)
         if left != 0:

@@ -68,9 +68,10 @@ def from_find_output(stdout: str) -> tuple[str | None, list[Change]]:
     return workdir, changes
 
 
-async def snapshot(environment: Any) -> Snapshot | None:
+async def snapshot(environment: Any, host_only: bool = False) -> Snapshot | None:
     """The changes of a running rlkit sandbox since its image (None for a backend that cannot
-    say: a user's own `pkg.mod:Environment`)."""
+    say: a user's own `pkg.mod:Environment`; with `host_only`, also when they cannot be read on
+    this host without running anything, the overlay's upper layer)."""
     from rlkit.sandbox.pool import run_blocking
 
     if environment.type() == "rlkit-docker" and environment.container_id:
@@ -85,9 +86,11 @@ async def snapshot(environment: Any) -> Snapshot | None:
         merged = (driver.get("Data") or {}).get("MergedDir") or ""
         if changes is not None and os.path.isdir(merged):
             return Snapshot(changes, workdir, "overlay-upper", HostRootReader(merged))
+        if host_only:
+            return None
         entries = await run_blocking(api.diff, container)
         return Snapshot(from_docker_diff(entries), workdir, "docker-diff", ArchiveReader(api, container))
-    if environment.type() == "rlkit-k8s" and environment.pod_name:
+    if environment.type() == "rlkit-k8s" and environment.pod_name and not host_only:
         profile = getattr(environment, "image_profile", None)
         tool = profile.tool if profile is not None else str
         since = await run_blocking(_container_started_epoch, environment.core_api, environment.pod_name,
