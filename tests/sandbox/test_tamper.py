@@ -295,3 +295,21 @@ def test_the_probe_of_a_real_image_is_cached_per_image(base_image, tmp_path: Pat
     monkeypatch.setattr(profiles, "_MEMORY", {})
     again = asyncio.run(profiles.ensure_profile(Env(), "sha256:base-test"))
     assert again == first and Env.calls == 1
+
+
+@pytest.mark.docker
+def test_archive_reader_reads_through_dockerd(base_image, docker_api):
+    """The docker-diff path's reader (dockerd's archive endpoint): symlinks followed, folders listed."""
+    from rlkit.sandbox.tamper.files import ArchiveReader
+
+    container = docker_api.create_container(base_image, command=["sleep", "60"], labels={"rlkit.test": "tamper"},
+                                            host_config=docker_api.create_host_config(network_mode="none"))
+    try:
+        docker_api.start(container)
+        reader = ArchiveReader(docker_api, container["Id"])
+        # a symlink to /etc/python3.11/sitecustomize.py in the image
+        assert "apport" in asyncio.run(reader.read_text("/usr/lib/python3.11/sitecustomize.py"))
+        assert {"_pytest", "pluggy", "iniconfig"} <= set(asyncio.run(reader.list_dir(DIST)))
+        assert asyncio.run(reader.read_text("/nope")) is None and asyncio.run(reader.list_dir("/nope")) is None
+    finally:
+        docker_api.remove_container(container, force=True)

@@ -10,6 +10,7 @@ symlinks those paths run through. The answer is kept per image id, in memory and
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -28,6 +29,7 @@ PROBE_VERSION = hashlib.sha256((SHELL_PART + PYTHON_PART + SCAN_PART).encode()).
 FIXED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _log = logging.getLogger(__name__)
 _MEMORY: dict[str, ImageProfile] = {}
+_PROBING: dict[tuple[int, str], asyncio.Lock] = {}
 
 
 class Interpreter(BaseModel):
@@ -186,10 +188,17 @@ def _file_name(key: str) -> str:
 async def ensure_profile(environment: Any, key: str) -> ImageProfile | None:
     """The profile of the image `environment` runs (id `key`): cached, else probed in it now.
 
-    Call it before anything else runs in the sandbox: the probe trusts what it finds."""
+    Call it before anything else runs in the sandbox: the probe trusts what it finds. Sandboxes
+    of one image that start together on one event loop probe it once."""
     profile = cached(key)
     if profile is not None:
         return profile
+    lock = _PROBING.setdefault((id(asyncio.get_running_loop()), key), asyncio.Lock())
+    async with lock:
+        return cached(key) or await _probe(environment, key)
+
+
+async def _probe(environment: Any, key: str) -> ImageProfile | None:
     result = await environment.exec(probe_command(), user="root", timeout_sec=300)
     if result.return_code != 0 or not result.stdout:
         _log.warning("probing image %s failed (%s): no tamper check for its trials", key,

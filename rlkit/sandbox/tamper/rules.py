@@ -74,7 +74,9 @@ def _leaves(changes: Sequence[Change]) -> list[Change]:
     changed file's parents as changed: those say nothing by themselves)."""
     parents: set[str] = set()
     for change in changes:
-        parents.update(str(p) for p in PurePosixPath(change.path).parents)
+        path = change.path
+        while (cut := path.rfind("/")) > 0 and (path := path[:cut]) not in parents:
+            parents.add(path)
     return [c for c in changes if c.path not in parents]
 
 
