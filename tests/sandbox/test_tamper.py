@@ -160,6 +160,19 @@ def test_a_pytest_plugin_entry_point_is_flagged_only_where_it_would_load(profile
     assert _rules(with_plugins, [("A", plugin)], files) == {plugin: "pytest_plugin"}
 
 
+def test_a_project_on_pythonpath_stays_the_agents_work(profile: ImageProfile):
+    """ENV PYTHONPATH=/app puts the working dir on every import path: editing the project or
+    adding scratch modules there is the agent's work; shadowing what the grader loads is not."""
+    on_path = profile.model_copy(deep=True)
+    on_path.interpreters[0].sys_path.insert(0, "/app")
+    on_path.entries["/app"] = {"logs": "d", "spans": "p"}
+    assert _rules(on_path, [("C", "/app/spans/merge.py"), ("A", "/app/spans/new.py"), ("A", "/app/test.py"),
+                            ("D", "/app/logs/app.log"), ("A", "/app/iniconfig.py"), ("A", "/app/sitecustomize.py"),
+                            ("A", "/app/pluggy/__init__.py")]) == {
+        "/app/iniconfig.py": "shadow_module", "/app/sitecustomize.py": "startup_hook",
+        "/app/pluggy/__init__.py": "shadow_module"}
+
+
 def test_find_kinds_are_told_apart_with_the_images_own_listing(profile: ImageProfile):
     # k8s: find cannot tell new from changed; the image's listing can
     assert _rules(profile, [("?", "/usr/bin/tar"), ("?", "/usr/local/bin/jq"), ("?", "/usr/local/bin/chmod"),

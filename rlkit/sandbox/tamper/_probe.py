@@ -10,8 +10,9 @@ It prints tab-separated records (one per line) that `profile.parse_probe` reads:
     L  <path>  <link target>
 
 Kinds: f file, d folder, p package (a folder with an `__init__`), l symlink. The shell part
-needs only POSIX sh (plus find/readlink when there, all unmodified at this point); each
-Python interpreter on PATH describes its own import path and lists those folders itself.
+needs only POSIX sh (plus readlink, all unmodified at this point); each Python interpreter on
+PATH describes its own import path and lists those folders itself, writing no bytecode: the
+probe leaves nothing in the sandbox but an emptied /tmp folder.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ describe() {
   case $pys in *" ${py%/*}:$exe "*) return ;; esac
   pys="$pys${py%/*}:$exe "
   [ -n "$first" ] || first=$py
-  (cd / && PYTHONNOUSERSITE=1 "$py" -c "$py_part" "$py" 2>/dev/null)
+  (cd / && PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 "$py" -c "$py_part" "$py" 2>/dev/null)
 }
 for d in $dirs; do
   for e in "$d"/python "$d"/python[0-9] "$d"/python[0-9].[0-9] "$d"/python[0-9].[0-9][0-9]; do
@@ -232,7 +233,7 @@ for d in $dirs; do
   done
 done
 if [ -n "$first" ]; then
-  for e in $("$first" -c "$scan_part" $dirs 2>/dev/null); do
+  for e in $(PYTHONDONTWRITEBYTECODE=1 "$first" -c "$scan_part" $dirs 2>/dev/null); do
     [ -x "$e" ] && [ ! -d "$e" ] && describe "$e"
   done
 fi

@@ -78,6 +78,8 @@ class PythonArea:
                 self.where.setdefault(folder, []).append((search, position))
         self.script_dirs = {*_with_ancestors(workdir or profile.workdir), *_with_ancestors(profile.workdir),
                             *profile.path_dirs}
+        project = posixpath.normpath(workdir or profile.workdir or "/")
+        self.project = None if project == "/" else project  # the agent's own tree (on PYTHONPATH, maybe)
         self.config_dirs = {d for i in profile.interpreters
                             for exe_or_command in (i.exe, *i.commands)
                             for d in (posixpath.dirname(exe_or_command),
@@ -113,14 +115,24 @@ class PythonArea:
                 and kind != "D":
             return Judged("interpreter_config", "changes where the interpreter finds its modules")
         for folder in self.folders_of(path):
+            if self._in_project(folder):
+                return await self._beside_grader(folder, path, kind, read)
             for search, position in self.where[folder]:
                 judged = await self._in_folder(search, position, folder, path, kind, read, listdir)
                 if judged.rule or judged.remove or judged.note:
                     return judged
         parent = posixpath.dirname(path)
-        if kind != "D" and (parent in self.script_dirs or posixpath.dirname(parent) in self.script_dirs):
-            return await self._in_script_dir(path, kind, read)
+        for folder in (parent, posixpath.dirname(parent)):
+            if folder in self.script_dirs:
+                return await self._beside_grader(folder, path, kind, read)
         return Judged()
+
+    def _in_project(self, folder: str) -> bool:
+        """An import folder of the agent's own tree (PYTHONPATH=/app), not a site folder (a user site
+        under a working dir of /root stays one)."""
+        if not self.project or not (folder == self.project or folder.startswith(self.project + "/")):
+            return False
+        return not any(folder in search.site_dirs for search in self.searches)
 
     async def _in_folder(self, search: _Search, position: int, folder: str, path: str, kind: str,
                          read: ReadText, listdir: ListDir) -> Judged:
@@ -234,22 +246,28 @@ class PythonArea:
     def _autoload(self) -> bool:
         return self.profile.image_pytest_plugins()
 
-    async def _in_script_dir(self, path: str, kind: str, read: ReadText) -> Judged:
-        """A new module beside the grader's script or working dir is found before every other."""
-        parent, name = posixpath.split(path)
-        in_dir = parent in self.script_dirs
-        folder = parent if in_dir else posixpath.dirname(parent)
-        entry = name if in_dir else posixpath.basename(parent)
+    async def _beside_grader(self, folder: str, path: str, kind: str, read: ReadText) -> Judged:
+        """A new module at the top of `folder`: the grader's script or working dir (found before every
+        other folder), or an import folder inside the agent's own project. Flagged when named like a
+        module the test runner loads or an installed package provides, or (on the import path) as
+        start-up code; the agent's own modules there are its work."""
+        parts = path[len(folder.rstrip("/")) + 1:].split("/")
+        if kind == "D" or len(parts) > 2:
+            return Judged()
+        entry = parts[0]
+        if len(parts) == 2:
+            if entry.endswith((".dist-info", ".egg-info")) and parts[1] == "entry_points.txt" and self.searches:
+                return await self._entry_points(self.searches[0], path, read)
+            if parts[1].split(".")[0] != "__init__":
+                return Judged()
         if self.profile.entries.get(folder, {}).get(entry) is not None and kind != "A":
             return Judged()  # the image's own file there
-        if not in_dir and name.split(".")[0] != "__init__":
-            if entry.endswith((".dist-info", ".egg-info")) and name == "entry_points.txt":
-                return await self._entry_points(self.searches[0], path, read) if self.searches else Judged()
-            return Judged()
         for search in self.searches:
-            module = module_name(entry, search.interpreter.suffixes, not in_dir)
+            module = module_name(entry, search.interpreter.suffixes, len(parts) == 2 or "." not in entry)
             if module is None or module in search.interpreter.builtins:
                 continue
+            if module in STARTUP_MODULES and folder in self.where:
+                return Judged("startup_hook", f"{module} runs at every interpreter start")
             if module in search.interpreter.runner_modules or module in self._installed(search):
                 return Judged("shadow_module", f"beside the grader's script or working dir, shadows {module!r}")
         return Judged()
