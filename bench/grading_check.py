@@ -4,7 +4,7 @@ For each case (an oracle's solution; a solution that also pip-installs a package
 sandbox of the task is started, the agent's work is done in it, and then:
 
 * in place (what rlkit does): list the changes (the overlay upper layer) and judge them
-  against the image's profile (cached per image);
+  against the image's profile (cached per image), twice (before and after the kill);
 * clean room (the alternative): the same listing, then the agent's changes outside the
   interpreter, command and library folders are packed, a fresh container of the task image
   is started, they are unpacked into it, and it is removed (the tests would run there).
@@ -106,8 +106,9 @@ async def one_case(task_dir: Path, variant: str | None, root: Path) -> dict[str,
         if result.return_code != 0:
             raise SystemExit(f"the agent's work failed: {result.stderr}")
         started = time.perf_counter()
-        snap = await tamper.snapshot(env)
-        verdict = await tamper.judge(snap.changes, env.image_profile, snap.files, snap.workdir)
+        for _look in ("before the kill", "after it"):  # the verifier looks twice
+            snap = await tamper.snapshot(env)
+            verdict = await tamper.judge(snap.changes, env.image_profile, snap.files, snap.workdir)
         in_place = time.perf_counter() - started
         if verdict.findings:
             raise SystemExit(f"an honest solution was flagged: {verdict.findings}")
