@@ -78,9 +78,9 @@ async def tamper_check_once(root: Path, network: str) -> float:
     seconds: list[float] = []
     snapshot, judge = tamper.snapshot, tamper.judge
 
-    async def timed_snapshot(environment):  # the verifier's calls, timed in place
+    async def timed_snapshot(environment, **kwargs):  # the verifier's calls, timed in place
         started = time.perf_counter()
-        snap = await snapshot(environment)
+        snap = await snapshot(environment, **kwargs)
         seconds.append(time.perf_counter() - started)
         return snap
 
@@ -92,10 +92,12 @@ async def tamper_check_once(root: Path, network: str) -> float:
 
     tamper.snapshot, tamper.judge = timed_snapshot, timed_judge
     try:
-        await run_trial(TrialSpec(task_dir=ORACLE_TASK, agent="oracle", trials_dir=root,
-                                  environment_kwargs={"network": network}))
+        outcome = await run_trial(TrialSpec(task_dir=ORACLE_TASK, agent="oracle", trials_dir=root,
+                                            environment_kwargs={"network": network}))
     finally:
         tamper.snapshot, tamper.judge = snapshot, judge
+    if outcome.reason != "passed":
+        raise SystemExit(f"the oracle trial failed: {outcome}")
     return sum(seconds)
 
 
