@@ -8,7 +8,7 @@ Trial) so the two layers' costs can be told apart.
     python bench/trial_overhead.py [--reps 7] [--agent nop] [--network none]
 
 Goal: trial median ≤ 1.3× the floor median; the verifier's tamper check < 5% of the raw
-sandbox lifecycle.
+sandbox lifecycle (`bench/grading_check.py` measures it, and a clean-room grading, in detail).
 """
 
 from __future__ import annotations
@@ -71,28 +71,34 @@ async def sandbox_once(root: Path, network: str) -> dict[str, float]:
 
 
 async def tamper_check_once(root: Path, network: str) -> float:
-    """The verifier's tamper check (container diff + classify) on a sandbox an oracle has worked in."""
+    """The verifier's tamper check (list the changes, judge them) on a sandbox an oracle has worked in."""
     from rlkit.rollout.trial import TrialSpec, run_trial
     from rlkit.sandbox import tamper
 
     seconds: list[float] = []
-    snapshot = tamper.snapshot
+    snapshot, judge = tamper.snapshot, tamper.judge
 
-    async def timed(environment):  # the verifier's call, timed in place
+    async def timed_snapshot(environment, **kwargs):  # the verifier's calls, timed in place
         started = time.perf_counter()
-        snap = await snapshot(environment)
-        if snap is not None:
-            tamper.classify(snap.changes, snap.workdir)
+        snap = await snapshot(environment, **kwargs)
         seconds.append(time.perf_counter() - started)
         return snap
 
-    tamper.snapshot = timed
+    async def timed_judge(*args, **kwargs):
+        started = time.perf_counter()
+        verdict = await judge(*args, **kwargs)
+        seconds.append(time.perf_counter() - started)
+        return verdict
+
+    tamper.snapshot, tamper.judge = timed_snapshot, timed_judge
     try:
-        await run_trial(TrialSpec(task_dir=ORACLE_TASK, agent="oracle", trials_dir=root,
-                                  environment_kwargs={"network": network}))
+        outcome = await run_trial(TrialSpec(task_dir=ORACLE_TASK, agent="oracle", trials_dir=root,
+                                            environment_kwargs={"network": network}))
     finally:
-        tamper.snapshot = snapshot
-    return seconds[0]
+        tamper.snapshot, tamper.judge = snapshot, judge
+    if outcome.reason != "passed":
+        raise SystemExit(f"the oracle trial failed: {outcome}")
+    return sum(seconds)
 
 
 def main() -> int:
@@ -133,7 +139,7 @@ def main() -> int:
     print(f"ratio  raw sandbox / floor = {med([r['total'] for r in raws]) / floor:.2f}x")
     print(f"ratio  trial / floor       = {med(walls) / floor:.2f}x   (goal <= 1.3x)")
     raw = med([r["total"] for r in raws])
-    print(f"tamper check (diff + classify, after an oracle on {ORACLE_TASK.name}) median {med(tampers):.4f}s "
+    print(f"tamper check (changes + judgement, after an oracle on {ORACLE_TASK.name}) median {med(tampers):.4f}s "
           f"= {100 * med(tampers) / raw:.1f}% of the raw sandbox lifecycle (goal < 5%)")
     return 0
 

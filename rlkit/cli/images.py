@@ -6,7 +6,8 @@
       build rlkit/base:bookworm with debootstrap + docker import (skipped when an image
       with the same recipe hash exists)
   rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force] [--scaffold NAME]
-      build rlkit-task/<task_id>:latest from each task's environment/Dockerfile;
+      build rlkit-task/<task_id>:latest from each task's environment/Dockerfile (reused while
+      the hash of environment/ matches, also tagged :src-<hash>);
       --scaffold bakes that agent (cc|ohsdk|oc) on top as rlkit-task/<task_id>:<scaffold>
 """
 
@@ -46,7 +47,7 @@ def _build(argv: list[str]) -> int:
     parser.add_argument("--registry", "--tag-prefix", dest="registry", default=os.environ.get("REGISTRY") or None,
                         help="prefix image names with this registry/path (default $REGISTRY from site.env)")
     parser.add_argument("--push", action="store_true", help="push each built image to --registry")
-    parser.add_argument("--force", action="store_true", help="rebuild images that already exist")
+    parser.add_argument("--force", action="store_true", help="rebuild images even when their sources are unchanged")
     parser.add_argument("--no-base", action="store_true", help="do not ensure rlkit/base:bookworm first")
     parser.add_argument("--scaffold", help="bake this agent scaffold (cc|ohsdk|oc|terminus) on top of each image")
     args = parser.parse_args(argv)

@@ -1,23 +1,28 @@
-"""harbor's verifier, run on a clean slate.
+"""harbor's verifier, run so that nothing the agent left can steer it.
 
-harbor's `Verifier` already deletes reward.txt / reward.json before the tests run and
-copies tests/ in only after the agent. This subclass closes the remaining ways an agent
-could influence its own grade, then hands over to harbor unchanged:
+harbor's `Verifier` deletes the reward files and copies tests/ in after the agent, then runs
+`test.sh` through whatever `bash`, `chmod` and `python3` come first on PATH. rlkit's runs
+nothing the agent could have replaced:
 
-* processes the agent left running (e.g. a background loop that writes reward.txt once
-  the verifier has started) are killed;
-* /logs/verifier is emptied (not just the two reward files) and /tests removed, so a
-  pytest.ini or conftest.py planted there cannot change how the tests run.
+1. The agent's processes are stopped (pure bash builtins, in the image's bash, which a first
+   look at the changes found unchanged where that look needs no exec: docker's overlay, read
+   on the host). A loop that writes reward.txt once the tests finished dies here; processes
+   that cannot be stopped stop the trial.
+2. The sandbox is compared with its image (`rlkit.sandbox.tamper`): changes that can steer
+   the tests (a shadowing module or command, start-up code, a changed interpreter, test
+   runner, library or verifier tool, ...) stop the trial before its tests run with
+   `TamperSuspectError` (the `tamper_suspect` outcome). The changes and the verdict are
+   written to `<trial>/sandbox_changes.json` either way.
+3. Then everything runs by the absolute path of the image's own binaries, which step 2 found
+   unchanged: /tests and /logs/verifier are made fresh, bytecode caches the agent's processes
+   wrote under the interpreters are removed (a changed loader cache is rebuilt), the tests
+   are uploaded, made executable and run in a fixed environment (the image's PATH, the image
+   user's HOME, no user site, no auto-loaded pytest plugins unless the image installed some)
+   that shares nothing with the agent's session. The reward is read on the host.
 
-Then the sandbox is compared with its image (`rlkit.sandbox.tamper`): changes that can
-steer the tests from outside /tests (a /conftest.py, a pytest.py beside the working dir,
-a .pth in site-packages, ...) stop the trial before its tests run with
-`TamperSuspectError`, which the trial runner turns into the `tamper_suspect` outcome. The
-changed paths are written to `<trial>/sandbox_changes.json` either way.
-
-The clean-up replaces harbor's own reward-file removal (same hook, one exec). It also
-records why verification failed, keyed by trial directory: harbor keeps only the
-first exception of a trial, so a verifier failure after an agent timeout would be lost.
+A backend rlkit cannot check (a user's `pkg.mod:Environment`) gets harbor's flow after steps
+1 and the fresh dirs. Verifier failures are recorded by trial directory: harbor keeps only
+the first exception of a trial, so a verifier failure after an agent timeout would be lost.
 """
 
 from __future__ import annotations
@@ -25,24 +30,36 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 from pathlib import Path
-from typing import override
+from typing import Any, override
 
 from harbor.models.trial.paths import EnvironmentPaths
 from harbor.models.verifier.result import VerifierResult
-from harbor.verifier.verifier import Verifier
+from harbor.utils.env import resolve_env_vars
+from harbor.utils.file_staging import selected_directory
+from harbor.utils.scripts import build_execution_command, needs_chmod, quote_shell_arg
+from harbor.verifier.verifier import (
+    AddTestsDirError,
+    DownloadVerifierDirError,
+    RewardFileNotFoundError,
+    Verifier,
+)
 
 CHANGES_FILE = "sandbox_changes.json"
 _log = logging.getLogger(__name__)
+_RM_CHUNK = 60_000  # bytes of paths per `rm` (one argument string stays far below 128 KiB)
 
 # trial_dir -> exception type name of the verifier failure ("CancelledError" = harbor's timeout fired)
 VERIFIER_FAILURES: dict[str, str] = {}
 
 # Kill every process except PID 1, the keep-alive and this shell. Freeze first (SIGSTOP,
 # repeated until no new process shows up), then SIGKILL: a loop whose child is killed
-# first could otherwise start one more step (`sleep 1; echo 1 > reward.txt`). Pure bash
-# builtins, so this shell starts no child of its own. Under an init (docker --init,
-# tini) the keep-alive is PID 1's oldest child, i.e. the lowest PID whose parent is 1.
+# first could otherwise start one more step (`sleep 1; echo 1 > reward.txt`). Then count
+# what still lives (zombies aside) until none does, and print it. Pure bash builtins, so
+# this shell starts no child of its own and runs no file the agent could have replaced.
+# Under an init (docker --init, tini) the keep-alive is PID 1's oldest child, i.e. the
+# lowest PID whose parent is 1.
 _KILL_LEFTOVERS = r"""
 read -r init_comm < /proc/1/comm
 keep=""
@@ -70,14 +87,47 @@ for round in 1 2 3 4 5 6 7 8; do
   [ "$found" = 0 ] && break
 done
 for pid in $frozen; do kill -9 "$pid" 2>/dev/null; done
-true
+round=0
+while :; do
+  left=0
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    case " 1 $$ $keep " in *" $pid "*) continue ;; esac
+    state=""
+    while read -r key value; do
+      if [ "$key" = "State:" ]; then state=${value%% *}; break; fi
+    done < "$dir/status" 2>/dev/null
+    case "$state" in ""|Z|X) continue ;; esac
+    left=$((left + 1)); kill -9 "$pid" 2>/dev/null
+  done
+  round=$((round + 1))
+  { [ "$left" = 0 ] || [ "$round" -ge 200 ]; } && break
+done
+echo "left $left"
 """
+_LEFT = re.compile(r"^left (\d+)$", re.MULTILINE)
 
 
-def _fresh_dirs_command(paths: EnvironmentPaths) -> str:
-    verifier_dir, tests_dir = str(paths.verifier_dir), str(paths.tests_dir)
-    return (f"rm -rf -- {tests_dir} && mkdir -p {verifier_dir} && "
-            f"find {verifier_dir} -mindepth 1 -delete && chmod 777 {verifier_dir}")
+def _fresh_dirs_command(paths: EnvironmentPaths, tool: Any = str) -> str:
+    verifier_dir, tests_dir = shlex.quote(str(paths.verifier_dir)), shlex.quote(str(paths.tests_dir))
+    return (f"{tool('rm')} -rf -- {tests_dir} && {tool('mkdir')} -p {verifier_dir} && "
+            f"{tool('find')} {verifier_dir} -mindepth 1 -delete && {tool('chmod')} 777 {verifier_dir}")
+
+
+def _undo_commands(remove: list[str], rebuild_loader_cache: bool, tool: Any) -> list[str]:
+    """Commands that delete `remove` (bytecode caches) in argument-sized chunks, then rebuild ld.so.cache."""
+    commands, chunk, size = [], [], 0
+    for path in remove:
+        if size + len(path) > _RM_CHUNK and chunk:
+            commands.append(f"{tool('rm')} -f -- {' '.join(chunk)}")
+            chunk, size = [], 0
+        chunk.append(shlex.quote(path))
+        size += len(path) + 3
+    if chunk:
+        commands.append(f"{tool('rm')} -f -- {' '.join(chunk)}")
+    if rebuild_loader_cache:
+        commands.append(tool("ldconfig"))
+    return commands
 
 
 # What a test.sh that downloads its tools at grading time prints when there is no network
@@ -106,57 +156,164 @@ class VerifierNetworkError(RuntimeError):
     """The tests scored 0 because they could not reach the network (a task fault: verifier_error)."""
 
 
+# pytest's answer to an option of a plugin that did not load (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+_PLUGIN_OPTION = re.compile(r"error: unrecognized arguments: (-\S+)")
+
+
+class VerifierPluginError(RuntimeError):
+    """The tests scored 0 because they need a pytest plugin the image does not install (a task fault)."""
+
+
 class TamperSuspectError(RuntimeError):
     """The agent changed files that can steer the verifier; the tests were not run."""
 
 
 class GuardedVerifier(Verifier):
-    """`harbor.verifier.Verifier` after killing leftover agent processes and clearing its dirs."""
+    """`harbor.verifier.Verifier` that runs only the image's own, unchanged binaries."""
 
     @override
     async def verify(self) -> VerifierResult:
         key = str(self.trial_paths.trial_dir)
         VERIFIER_FAILURES.pop(key, None)
         try:
-            result = await super().verify()
+            profile = getattr(self.environment, "image_profile", None)
+            if profile is None:
+                _log.info("no tamper check: the %s backend has no image profile", self.environment.type())
+                result = await super().verify()
+            else:
+                result = await self._verify_checked(profile)
             if not any(float(v) > 0 for v in (result.rewards or {}).values()):
                 network_failure = grading_network_failure(self.trial_paths.test_stdout_path)
                 if network_failure:
                     raise VerifierNetworkError(
                         f"the tests failed reaching the network at grading time ({network_failure!r} in "
                         "test-stdout.txt): the task's test.sh downloads tools; bake them into its image")
+                if profile is not None and "PYTEST_DISABLE_PLUGIN_AUTOLOAD" in profile.grading_env():
+                    self._raise_on_missing_plugin()
             return result
         except BaseException as exc:
             VERIFIER_FAILURES[key] = type(exc).__name__
             raise
 
+    def _raise_on_missing_plugin(self) -> None:
+        try:
+            text = self.trial_paths.test_stdout_path.read_text(errors="replace")[-200_000:]
+        except OSError:
+            return
+        match = _PLUGIN_OPTION.search(text)
+        if match:
+            raise VerifierPluginError(
+                f"pytest did not know {match.group(1)}: the tests need a pytest plugin the image does not install "
+                "(grading runs with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 unless the image itself installed plugins); "
+                "install it in the task's image")
+
+    async def _exec(self, command: str, profile: Any, **kwargs: Any) -> Any:
+        return await self.environment.exec(command=command, shell=profile.tool("bash"), **kwargs)
+
+    async def _verify_checked(self, profile: Any) -> VerifierResult:
+        paths = EnvironmentPaths.for_os(self.environment.os)
+        test_source_dirs, tests_source_dir, host_test_path = self._resolve_tests()
+        tests_dir = str(paths.tests_dir)
+        # Where the change list costs no exec (the overlay, read on the host), judge before
+        # running anything at all: the kill below already runs the image's bash.
+        await self._check_tampering(profile, tests_dir, left=0, host_only=True)
+        stopped = await self._exec(_KILL_LEFTOVERS, profile, user="root")
+        left = _LEFT.search(stopped.stdout or "")
+        # Again once nothing of the agent runs: the upper layer keeps every change made meanwhile.
+        verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1)
+        tool = profile.tool
+        prepare = [_fresh_dirs_command(paths, tool), *_undo_commands(verdict.remove, verdict.rebuild_loader_cache,
+                                                                      tool)]
+        result = await self._exec(" && ".join(prepare), profile, user="root")
+        if result.return_code != 0:
+            raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")
+        mounted = self.environment.is_path_mounted(paths.verifier_dir, self.trial_paths.verifier_dir)
+        if not mounted:
+            self.trial_paths.reward_text_path.unlink(missing_ok=True)
+            self.trial_paths.reward_json_path.unlink(missing_ok=True)
+        await self._upload_tests(test_source_dirs, host_test_path, str(paths.tests_dir))
+        test_script = str(paths.tests_dir / host_test_path.relative_to(tests_source_dir).as_posix())
+        stdout_path = str(paths.verifier_dir / self.trial_paths.test_stdout_path.relative_to(
+            self.trial_paths.verifier_dir).as_posix())
+        if needs_chmod(test_script):
+            await self._exec(f"{tool('chmod')} +x {quote_shell_arg(test_script, self.environment.os)}",
+                             profile, user="root")
+        env = {**profile.grading_env(self.environment.default_user), **self._task_env()}
+        await self._exec(build_execution_command(test_script, stdout_path=stdout_path, task_os=self.environment.os),
+                         profile, env=env)
+        if not mounted:
+            await self._download_verifier_dir(str(paths.verifier_dir))
+        if self.trial_paths.reward_json_path.exists():
+            return VerifierResult(rewards=self._parse_reward_json())
+        if self.trial_paths.reward_text_path.exists():
+            return VerifierResult(rewards=self._parse_reward_text())
+        raise RewardFileNotFoundError(f"No reward file found at {self.trial_paths.reward_text_path} or "
+                                      f"{self.trial_paths.reward_json_path}")
+
+    def _task_env(self) -> dict[str, str]:
+        """The task's own verifier env (harbor's: task config < verifier env < overrides)."""
+        merged = {**self.task.config.verifier.env, **(self.verifier_env or {}), **self.override_env}
+        return resolve_env_vars(merged) if merged else {}
+
+    async def _upload_tests(self, source_dirs: list[Path], host_test_path: Path, target: str) -> None:
+        if self._skip_tests_upload:
+            return
+        self.task.file_filter.require_included(host_test_path)
+        try:
+            for source in source_dirs:
+                selection = self.task.file_filter.select(source)
+                if not selection.relative_paths:
+                    continue
+                with selected_directory(selection) as staged:
+                    await self.environment.upload_dir(source_dir=staged, target_dir=target)
+        except Exception as exc:
+            raise AddTestsDirError("Failed to add tests directory to environment.") from exc
+
+    async def _download_verifier_dir(self, source: str) -> None:
+        try:
+            if self.include_logs or self.exclude_logs:
+                await self.environment.download_dir_filtered(
+                    source_dir=source, target_dir=self.trial_paths.verifier_dir,
+                    include=self.include_logs or None, exclude=self.exclude_logs or None,
+                    protect=[self.trial_paths.reward_text_path.name, self.trial_paths.reward_json_path.name])
+            else:
+                await self.environment.download_dir(source_dir=source, target_dir=self.trial_paths.verifier_dir)
+        except Exception as exc:
+            raise DownloadVerifierDirError("Failed to download verifier directory from environment") from exc
+
     @override
     async def _remove_reward_files(self) -> None:
-        """harbor's first step of verify() (delete stale reward files), widened to a clean slate.
-
-        One exec does all of it: every sandbox round trip is paid by every trial."""
+        """harbor's first step of verify() (delete stale reward files), widened to a clean slate,
+        for a backend without an image profile (harbor's flow otherwise unchanged)."""
         paths = EnvironmentPaths.for_os(self.environment.os)
         command = f"{_KILL_LEFTOVERS}\n{_fresh_dirs_command(paths)}"
         result = await self.environment.exec(command=command, user="root")
         if result.return_code != 0:
             raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")
-        await self._check_tampering(str(paths.tests_dir))
         if not self.environment.is_path_mounted(paths.verifier_dir, self.trial_paths.verifier_dir):
             self.trial_paths.reward_text_path.unlink(missing_ok=True)
             self.trial_paths.reward_json_path.unlink(missing_ok=True)
 
-    async def _check_tampering(self, tests_dir: str) -> None:
-        """After the agent's processes are gone, before the tests: compare the sandbox with its image."""
+    async def _check_tampering(self, profile: Any, tests_dir: str, left: int, host_only: bool = False) -> Any:
+        """Judge the sandbox against its image (None: `host_only` and the changes cannot be read on the host).
+
+        Raises TamperSuspectError on any finding; the trial folder keeps the last judgement."""
         from rlkit.sandbox import tamper
 
-        snapshot = await tamper.snapshot(self.environment)
+        snapshot = await tamper.snapshot(self.environment, host_only=host_only)
         if snapshot is None:
-            _log.info("no tamper check: the %s backend cannot list its changes", self.environment.type())
-            return
-        findings = tamper.classify(snapshot.changes, snapshot.workdir, tests_dir)
-        record = tamper.report(snapshot.changes, findings, snapshot.workdir, snapshot.source)
+            if host_only:
+                return None
+            raise RuntimeError(f"the {self.environment.type()} backend has an image profile but lists no changes")
+        verdict = await tamper.judge(snapshot.changes, profile, snapshot.files, snapshot.workdir, tests_dir)
+        if left != 0:
+            verdict.findings.append(tamper.Finding("/proc", "?", "processes_left",
+                                                   f"{left if left > 0 else 'some'} agent processes could not "
+                                                   "be stopped"))
+        record = tamper.report(snapshot.changes, verdict, snapshot.workdir, snapshot.source, profile.key)
         self.trial_paths.trial_dir.joinpath(CHANGES_FILE).write_text(json.dumps(record, indent=1) + "\n")
-        if findings:
-            shown = ", ".join(f"{f.kind} {f.path} ({f.rule})" for f in findings[:5])
-            more = f" and {len(findings) - 5} more" if len(findings) > 5 else ""
+        if verdict.findings:
+            shown = ", ".join(f"{f.kind} {f.path} ({f.rule})" for f in verdict.findings[:5])
+            more = f" and {len(verdict.findings) - 5} more" if len(verdict.findings) > 5 else ""
             raise TamperSuspectError(f"the agent changed files that can steer the tests: {shown}{more}")
+        return verdict

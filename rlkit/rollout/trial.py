@@ -238,7 +238,7 @@ def _reason_for(exc_type: str) -> Reason:
         return Outcome.TAMPER_SUSPECT
     if exc_type in _SANDBOX_ERRORS:
         return Outcome.SANDBOX_ERROR
-    if exc_type in ("VerifierOutputParseError", "RuntimeError", "VerifierNetworkError"):
+    if exc_type in ("VerifierOutputParseError", "RuntimeError", "VerifierNetworkError", "VerifierPluginError"):
         return Outcome.VERIFIER_ERROR
     if exc_type == "AgentTimeoutError":
         return Outcome.AGENT_TIMEOUT

@@ -6,7 +6,10 @@
                               "network": "host"})          # see DockerOptions / K8sOptions
 
 - `docker.DockerEnvironment`: Engine API (docker SDK) on the shared thread pool; the task
-  image `rlkit-task/<task>:latest` is built from environment/Dockerfile when missing.
+  image `rlkit-task/<task>:latest` is built from environment/Dockerfile when missing or
+  built from other sources (`images.source_digest`).
+- `tamper`: what a verifier must know of an image (probed at sandbox start, cached), the
+  changes an agent left, and their judgement (`docs/grading.md`).
 - `k8s.KubernetesEnvironment`: pod per trial, exec over the stream API, tar over exec;
   the pod manifest comes from the pure `k8s_spec`.
 - `images` builds the task images `rlkit.tasks.images` names; `base_image` builds `rlkit/base:bookworm`

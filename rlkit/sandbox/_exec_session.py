@@ -32,24 +32,27 @@ from typing import Any
 
 from rlkit.sandbox._exec_kill import KILL_TREE_BASH
 
+# The helpers the loop runs after every command are looked up once, at boot, before any agent
+# ran: a command an agent later puts earlier on PATH is never run by the loop.
 _SERVER = r"""exec 2>/dev/null
-if command -v base64 >/dev/null && d=$(mktemp -d); then
+b64=$(command -v base64) && rmf=$(command -v rm) && mkt=$(command -v mktemp)
+if [ -n "$b64" ] && [ -n "$rmf" ] && d=$("$mkt" -d); then
   echo "H $d"
   while IFS=' ' read -r id payload; do
     printf -v script '%b' "$payload"  # a builtin: decoding costs no process
     # Files per request: a background process the command left behind keeps writing
     # into its own (then deleted) files, never into the next command's output.
-    # A forked subshell, not `bash -c`: the script ends in `exec bash -c`, so one bash starts.
+    # A forked subshell, not `bash -c`: the script ends in `exec <bash> -c`, so one bash starts.
     ( eval "$script" ) >"$d/$id.o" 2>"$d/$id.e" </dev/null &
     pid=$!
     echo "S $id $pid"
     wait "$pid"; rc=$?
     # Empty outputs (most stderr, many stdout) cost no base64 process.
     o=; e=
-    [ -s "$d/$id.o" ] && o=$(base64 -w0 <"$d/$id.o")
-    [ -s "$d/$id.e" ] && e=$(base64 -w0 <"$d/$id.e")
+    [ -s "$d/$id.o" ] && o=$("$b64" -w0 <"$d/$id.o")
+    [ -s "$d/$id.e" ] && e=$("$b64" -w0 <"$d/$id.e")
     echo "R $id $rc $o $e"
-    rm -f "$d/$id.o" "$d/$id.e"
+    "$rmf" -f "$d/$id.o" "$d/$id.e"
   done
 else
   echo N
@@ -76,13 +79,13 @@ def keepalive_command() -> list[str]:
     return ["sh", "-c", _BOOT, _SERVER]
 
 
-def build_script(command: str, cwd: str | None, env: dict[str, str] | None) -> str:
-    """What `docker exec -w CWD -e K=V ... bash -c COMMAND` runs, as one bash line."""
+def build_script(command: str, cwd: str | None, env: dict[str, str] | None, shell: str = "bash") -> str:
+    """What `docker exec -w CWD -e K=V ... SHELL -c COMMAND` runs, as one bash line."""
     parts = []
     if cwd:
         parts.append(f"cd {shlex.quote(cwd)} || exit 126")
     parts += [f"export {key}={shlex.quote(value)}" for key, value in (env or {}).items()]
-    parts.append(f"exec bash -c {shlex.quote(command)}")
+    parts.append(f"exec {shlex.quote(shell)} -c {shlex.quote(command)}")
     return "; ".join(parts)
 
 

@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import tarfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,7 +35,6 @@ from rlkit.sandbox._docker_util import (
     GO_MODE_TYPE,
     daemon_is_local,
     docker_mount,
-    inspect_image,
     is_other_user,
     stat_mode,
     text_or_none,
@@ -53,15 +51,13 @@ from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
 from rlkit.sandbox.docker_api import api_client
 from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.sandbox.pool import run_blocking
+from rlkit.sandbox.tamper.profile import ImageProfile
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 DockerNetwork = Literal["none", "bridge", "host"]
 # Largest tar uploaded through the exec session (its base64 must fit one argv string, 128 KiB).
 SESSION_UPLOAD_MAX = 64 * 1024
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
-# One build per image at a time in this process; concurrent trials of a task wait for it.
-_build_locks: dict[str, threading.Lock] = {}
-_build_locks_guard = threading.Lock()
 
 
 class DockerOptions(SandboxIdentityOptions):
@@ -86,6 +82,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         self._container_id: str | None = None
         self._container_name: str | None = None
         self._image_user = ""
+        self._image_id = ""
+        self.image_profile: ImageProfile | None = None
         self._session: ExecSession | None = None
         task_env_config = kwargs.get("task_env_config")
         if kwargs.get("network_policy") is None and task_env_config is not None:
@@ -193,6 +191,20 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             await self._remove_quietly()
             raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
         await self._upload_environment_dir_after_start()
+        await self._profile_image()
+
+    async def _profile_image(self) -> None:
+        """What the verifier needs to know of the image, probed here (before any agent) once per image."""
+        from rlkit.sandbox.tamper import ensure_profile
+
+        self.image_profile = await ensure_profile(self, self._image_id or self.image_ref())
+        if self.image_profile is None:
+            raise SandboxError(f"cannot probe image {self.image_ref()} for the verifier (see the log)",
+                               image=self.image_ref(), fix="the image needs sh; run `rlkit trial` on the task")
+
+    def _shell(self) -> str:
+        """The image's own bash by absolute path, once the image is profiled (`bash` before that)."""
+        return self.image_profile.tool("bash") if self.image_profile is not None else "bash"
 
     def _log_dirs_tar(self) -> bytes | None:
         """A tar of the trial's log dirs (mode 777) not already bind-mounted; None if all are."""
@@ -231,29 +243,16 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             await self.exec(f"chown -R {os.getuid()}:{os.getgid()} {targets}", user="root", timeout_sec=120)
 
     async def _ensure_image(self, image: str, force_build: bool) -> None:
-        api = api_client()
+        from rlkit.sandbox.images import ensure_task_image
+
         # The caller names every image; it is built here only from the task's own Dockerfile.
         prebuilt = bool(self.task_env_config.docker_image) or not (self.environment_dir / "Dockerfile").is_file()
-        info = None if force_build and not prebuilt else await run_blocking(inspect_image, api, image)
-        if info is None:
-            if prebuilt or not self.opts.build_missing:
-                raise SandboxError(f"image {image} is not present locally", image=image,
-                                   fix="build it with `rlkit images build` (no registry can be pulled from here)")
-            await run_blocking(self._build_once, api, image, force_build)
-            info = await run_blocking(inspect_image, api, image) or {}
+        info = await run_blocking(
+            ensure_task_image, api_client(), image, None if prebuilt else self.environment_dir,
+            self.environment_name, force=force_build, build_missing=self.opts.build_missing,
+            baked=self.opts.image_variant != "latest", log=self.logger.info)
         self._image_user = str((info.get("Config") or {}).get("User") or "")
-
-    def _build_once(self, api: Any, image: str, force_build: bool) -> None:
-        from rlkit.sandbox.images import build_image, image_exists
-
-        # A thread lock, not an asyncio one: trials of one task may run on different event loops.
-        with _build_locks_guard:
-            lock = _build_locks.setdefault(image, threading.Lock())
-        with lock:
-            if not force_build and image_exists(api, image):
-                return
-            self.logger.info(f"building {image} from {self.environment_dir}")
-            build_image(api, self.environment_dir, image, labels={"rlkit.task": self.environment_name})
+        self._image_id = str(info.get("Id") or "")
 
     async def stop(self, delete: bool) -> None:
         if self._session is not None:
@@ -296,7 +295,9 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         return self._container_id
 
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-                   timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
+                   timeout_sec: int | None = None, user: str | int | None = None, *,
+                   shell: str | None = None) -> ExecResult:
+        """`command` in bash (`shell`: a bash by absolute path; default the image's own, once profiled)."""
         container = self._require_container()
         user = self._resolve_user(user)
         cwd = cwd or self.task_env_config.workdir
@@ -304,13 +305,14 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         session = self._session_for(user)
         if session is not None and session.try_acquire():
             try:
-                return await self._exec_in_session(session, command, cwd, merged_env, timeout_sec)
+                return await self._exec_in_session(session, command, cwd, merged_env, timeout_sec,
+                                                   shell or self._shell())
             except SessionBroken as exc:  # raised before the command started: docker exec runs it
                 self.logger.debug(f"exec session of {self._container_name} unusable ({exc}); using docker exec")
         api = api_client()
         try:
             exec_id = (await run_blocking(
-                api.exec_create, container, ["bash", "-c", command], stdout=True, stderr=True,
+                api.exec_create, container, [shell or self._shell(), "-c", command], stdout=True, stderr=True,
                 workdir=cwd, environment=merged_env, user="" if user is None else str(user)))["Id"]
         except Exception as exc:
             raise SandboxError(f"exec in {self._container_name} failed: {exc}", session=self.session_id) from exc
@@ -341,12 +343,12 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         return self._session
 
     async def _exec_in_session(self, session: ExecSession, command: str, cwd: str | None,
-                               env: dict[str, str] | None, timeout_sec: float | None) -> ExecResult:
+                               env: dict[str, str] | None, timeout_sec: float | None, shell: str) -> ExecResult:
         deadline = time.monotonic() + timeout_sec if timeout_sec else None
         started: dict[str, int] = {}
         try:
             # The worker thread releases the session when it is done with it.
-            result = await run_blocking(session.run_and_release, build_script(command, cwd, env), deadline,
+            result = await run_blocking(session.run_and_release, build_script(command, cwd, env, shell), deadline,
                                         lambda pid: started.__setitem__("pid", pid))
         except asyncio.CancelledError:
             session.cancel()  # the thread stops waiting; the command's answer is drained later
@@ -367,7 +369,7 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         api = api_client()
         try:
             exec_id = (await run_blocking(api.exec_create, self._container_id,
-                                          ["bash", "-c", kill_tree_script(pid)], user="root"))["Id"]
+                                          [self._shell(), "-c", kill_tree_script(pid)], user="root"))["Id"]
             await run_blocking(api.exec_start, exec_id)
         except Exception as exc:  # noqa: BLE001 — the container may already be gone
             self.logger.debug(f"killing pid {pid} in {self._container_name} failed: {exc}")
@@ -414,7 +416,9 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             # Small archives (a task's tests/) go through the session: no chrooted tar process
             # in dockerd. Bigger ones would hit the argv limit of the session's script.
             encoded = base64.b64encode(data).decode()
-            result = await self.exec(f"printf %s '{encoded}' | base64 -d | tar -xf - -C /", user="root")
+            tool = self.image_profile.tool if self.image_profile is not None else str
+            result = await self.exec(f"printf %s '{encoded}' | {tool('base64')} -d | {tool('tar')} -xf - -C /",
+                                     user="root")
             if result.return_code == 0:
                 return
             self.logger.debug(f"session upload failed ({result.stderr}); using put_archive")

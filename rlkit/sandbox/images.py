@@ -4,11 +4,19 @@ A task's image is built from its `environment/Dockerfile` (which starts
 `FROM rlkit/base:bookworm`, built offline). A task's prebuilt `[environment].docker_image`
 is only checked for: nothing is pulled. Failures say what to do about them: no registry
 can be reached here, so a base image must be built or loaded locally.
+
+Like the base image, a task image is tagged by a hash of what builds it (every file under
+its environment/, Dockerfile included): `rlkit-task/<task>:src-<hash>` beside the name the
+task gives it, with the hash in the `rlkit.source` label. A build is reused only while the
+hash matches; after an edit, `rlkit images build` and the next trial rebuild it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rlkit.errors import ImageError
+from rlkit.sandbox.labels import TASK as TASK_LABEL
 
 
 class TaskImage(Protocol):
@@ -39,6 +48,47 @@ class BuildOutcome:
 
 ProgressFn = Callable[[int, int, str], None]
 FAILED = frozenset({"failed", "missing"})
+SOURCE_LABEL = "rlkit.source"
+_digests: dict[str, tuple[tuple, str]] = {}  # context dir -> (stat signature, digest)
+_digests_lock = threading.Lock()
+
+
+def source_digest(context_dir: Path) -> str:
+    """Short hash of a build context: every file's path, exec bit and bytes (links: their target).
+
+    Kept per process while no file's size, mtime or mode changed, so a trial pays a stat walk."""
+    root = Path(context_dir)
+    files: list[tuple[str, os.stat_result]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            full = os.path.join(dirpath, name)
+            try:
+                files.append((os.path.relpath(full, root), os.lstat(full)))
+            except OSError:
+                continue
+    signature = tuple((rel, st.st_size, st.st_mtime_ns, st.st_mode) for rel, st in files)
+    key = str(root.resolve())
+    with _digests_lock:
+        known = _digests.get(key)
+    if known is not None and known[0] == signature:
+        return known[1]
+    digest = hashlib.sha256()
+    for rel, st in files:
+        full = root / rel
+        digest.update(f"{rel}\0{st.st_mode & 0o111 != 0}\0".encode())
+        digest.update(os.readlink(full).encode() if full.is_symlink() else full.read_bytes())
+        digest.update(b"\0")
+    value = digest.hexdigest()[:12]
+    with _digests_lock:
+        _digests[key] = (signature, value)
+    return value
+
+
+def source_tag(ref: str, digest: str) -> str:
+    """`repo:src-<digest>` for a task image reference `repo[:tag]`."""
+    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    return f"{repo}:src-{digest}"
 
 
 def text_progress(stream=None) -> ProgressFn:
@@ -56,8 +106,8 @@ def text_progress(stream=None) -> ProgressFn:
 def build_task_images(specs: Iterable[TaskImage], *, push: bool = False,
                       force: bool = False, progress: ProgressFn | None = None,
                       layer: Callable[[str, TaskImage], BuildOutcome] | None = None) -> list[BuildOutcome]:
-    """Build each task image under the name the task gives it (skip when present unless
-    `force`), optionally push (the names carry the registry).
+    """Build each task image under the name the task gives it (reused while its source hash
+    matches, unless `force`), optionally push (the names carry the registry).
 
     `layer(base_ref, spec)` is the hook for a scaffold layer baked on top of the task
     image (`rlkit images build --scaffold NAME`); it returns that layer's outcome."""
@@ -90,6 +140,79 @@ def image_exists(api, ref: str) -> bool:
         return False
 
 
+def inspect_labels(api, ref: str) -> dict[str, str] | None:
+    """The labels of a local image (None when there is no such image)."""
+    info = _inspect(api, ref)
+    return None if info is None else (info.get("Config") or {}).get("Labels") or {}
+
+
+# One build per image at a time in this process; concurrent trials of a task wait for it.
+_build_locks: dict[str, threading.Lock] = {}
+_build_locks_guard = threading.Lock()
+
+
+def ensure_task_image(api, image: str, context_dir: Path | None, task: str, *, force: bool = False,
+                      build_missing: bool = True, baked: bool = False,
+                      log: Callable[[str], None] = lambda _msg: None) -> dict:
+    """The inspect answer of the image a trial runs, built first when it is missing or was
+    built from other sources than `context_dir` holds now (`context_dir` None: prebuilt, as is).
+
+    `baked`: a scaffold layer on the task image, which only `rlkit images build --scaffold`
+    makes; a stale one is an error, not a build."""
+    from rlkit.errors import SandboxError
+
+    info = None if force and context_dir is not None else _inspect(api, image)
+    if info is None:
+        if context_dir is None or not build_missing:
+            raise SandboxError(f"image {image} is not present locally", image=image,
+                               fix="build it with `rlkit images build` (no registry can be pulled from here)")
+        _build_once(api, image, context_dir, task, force=force, log=log)
+    elif context_dir is not None and _stale(info, context_dir):
+        if baked:
+            raise SandboxError(f"image {image} was built from an older environment/ of task {task}", image=image,
+                               fix="rebuild it: rlkit images build TASKS --scaffold <scaffold>")
+        _build_once(api, image, context_dir, task, force=False, log=log)
+    else:
+        return info
+    return _inspect(api, image) or {}
+
+
+def _inspect(api, ref: str) -> dict | None:
+    import docker.errors
+
+    try:
+        return api.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _stale(info: dict, context_dir: Path) -> bool:
+    """rlkit built the image from a task's environment/, and not from what it holds now."""
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return TASK_LABEL in labels and labels.get(SOURCE_LABEL) != source_digest(context_dir)
+
+
+def _build_once(api, image: str, context_dir: Path, task: str, *, force: bool, log: Callable[[str], None]) -> None:
+    # A thread lock, not an asyncio one: trials of one task may run on different event loops.
+    with _build_locks_guard:
+        lock = _build_locks.setdefault(image, threading.Lock())
+    with lock:
+        info = _inspect(api, image)
+        if info is not None and not force and not _stale(info, context_dir):
+            return  # built by another trial meanwhile
+        log(f"building {image} from {context_dir}")
+        build_task_image(api, context_dir, image, labels={TASK_LABEL: task})
+
+
+def build_task_image(api, context_dir: Path, ref: str, labels: dict[str, str] | None = None) -> str:
+    """Build a task image as `ref` and as its source-hash tag; returns the hash."""
+    digest = source_digest(context_dir)
+    build_image(api, context_dir, ref, labels={**(labels or {}), SOURCE_LABEL: digest})
+    repo, _, tag = source_tag(ref, digest).rpartition(":")
+    api.tag(ref, repo, tag)
+    return digest
+
+
 def _build_one(api, spec: TaskImage, force: bool) -> BuildOutcome:
     ref = spec.image
     if spec.prebuilt:
@@ -101,10 +224,19 @@ def _build_one(api, spec: TaskImage, force: bool) -> BuildOutcome:
                             "environment/Dockerfile FROM an image that is here (rlkit/base:bookworm)")
     if spec.dockerfile is None:
         return BuildOutcome(spec.task_id, ref, "skipped", "no environment/Dockerfile")
-    if not force and image_exists(api, ref):
-        return BuildOutcome(spec.task_id, ref, "cached")
+    context = spec.dockerfile.parent
+    digest = source_digest(context)
+    if not force:
+        labels = inspect_labels(api, ref)
+        if labels is not None and labels.get(SOURCE_LABEL) == digest:
+            return BuildOutcome(spec.task_id, ref, "cached")
+        hashed = source_tag(ref, digest)
+        if inspect_labels(api, hashed) is not None:  # built from these sources before: name it again
+            repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
+            api.tag(hashed, repo, tag)
+            return BuildOutcome(spec.task_id, ref, "cached")
     try:
-        build_image(api, spec.dockerfile.parent, ref, labels={"rlkit.task": spec.task_id})
+        build_task_image(api, context, ref, labels={TASK_LABEL: spec.task_id})
     except ImageError as exc:
         return BuildOutcome(spec.task_id, ref, "failed", exc.message)
     return BuildOutcome(spec.task_id, ref, "built")

@@ -29,6 +29,7 @@ from rlkit.sandbox import _tar, is_loopback
 from rlkit.sandbox import k8s_spec as spec
 from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
 from rlkit.sandbox.pool import run_blocking
+from rlkit.sandbox.tamper.profile import ImageProfile
 from rlkit.sandbox.timeouts import SandboxExecTimeout
 
 # Waiting reasons that never resolve by themselves: fail the start at once.
@@ -147,6 +148,8 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
         self._networking_api = networking_api
         self._pod_exec = pod_exec
         self._pod: str | None = None
+        self._image_id = ""
+        self.image_profile: ImageProfile | None = None
         task_env_config = kwargs.get("task_env_config")
         if kwargs.get("network_policy") is None and task_env_config is not None:
             kwargs["network_policy"] = task_env_config.resolve_baseline()
@@ -272,6 +275,17 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
             await self.stop(delete=True)
             raise
         await self._upload_environment_dir_after_start()
+        await self._profile_image()
+
+    async def _profile_image(self) -> None:
+        """What the verifier needs to know of the image, probed here (before any agent) once per image.
+        No profile (a probe that failed) leaves the trials of this image without a tamper check."""
+        from rlkit.sandbox.tamper import ensure_profile
+
+        self.image_profile = await ensure_profile(self, self._image_id or self.image_ref())
+
+    def _tool(self, name: str) -> str:
+        return self.image_profile.tool(name) if self.image_profile is not None else name
 
     def _ensure_policy(self, manifest: dict) -> None:
         """Create a shared NetworkPolicy (one per policy, not per pod) unless it exists."""
@@ -287,6 +301,8 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
             pod = await run_blocking(self.core_api.read_namespaced_pod, name, self.opts.namespace)
             state = pod_state(pod)
             if state == "running":
+                statuses = getattr(getattr(pod, "status", None), "container_statuses", None) or []
+                self._image_id = str(getattr(statuses[0], "image_id", "") or "") if statuses else ""
                 return
             if state.startswith("failed"):
                 raise SandboxError(f"pod {name} cannot run: {state.removeprefix('failed: ')}", pod=name)
@@ -325,10 +341,13 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
             raise SandboxError(f"exec in pod {pod} failed: {exc}", pod=pod) from exc
 
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-                   timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
+                   timeout_sec: int | None = None, user: str | int | None = None, *,
+                   shell: str | None = None) -> ExecResult:
+        """`command` in bash (`shell`: a bash by absolute path; default the image's own, once profiled)."""
         pid_file = f"/tmp/.rlkit-exec-{uuid.uuid4().hex[:12]}.pid"
+        tool = (lambda name: shell if name == "bash" else self._tool(name)) if shell else self._tool
         argv = spec.wrap_exec(command, cwd=cwd or self.task_env_config.workdir, env=self._merge_env(env),
-                              user=self._resolve_user(user), pid_file=pid_file)
+                              user=self._resolve_user(user), pid_file=pid_file, tool=tool)
         try:
             stdout, stderr, code = await self._run(argv, timeout_sec=timeout_sec)
         except asyncio.CancelledError:
@@ -342,19 +361,19 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
 
     async def _kill(self, pid_file: str) -> None:
         try:
-            await self._run(spec.kill_tree_command(pid_file), timeout_sec=30)
+            await self._run(spec.kill_tree_command(pid_file, self._tool), timeout_sec=30)
         except Exception as exc:  # noqa: BLE001 — the pod may be gone already
             self.logger.debug(f"killing timed-out command failed: {exc}")
 
     # ---- file transfer -----------------------------------------------------------------------------
     async def _put_tar(self, data: bytes) -> None:
         encoded = base64.b64encode(data)
-        _out, err, code = await self._run(spec.upload_command(len(encoded)), stdin=encoded)
+        _out, err, code = await self._run(spec.upload_command(len(encoded), self._tool), stdin=encoded)
         if code != 0:
             raise SandboxError(f"upload into pod {self._pod} failed: {err.strip()}", pod=self._pod)
 
     async def _get_tar(self, path: str) -> bytes:
-        out, err, code = await self._run(spec.download_command(path))
+        out, err, code = await self._run(spec.download_command(path, self._tool))
         if code != 0:
             if "No such file" in err or "Cannot stat" in err:
                 raise FileNotFoundError(f"{path} not found in pod {self._pod}")

@@ -11,6 +11,7 @@ import hashlib
 import ipaddress
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -173,18 +174,21 @@ def allowlist_policy_manifest(namespace: str, hosts: tuple[str, ...] | list[str]
 
 
 def wrap_exec(command: str, cwd: str | None = None, env: dict[str, str] | None = None,
-              user: str | int | None = None, pid_file: str | None = None) -> list[str]:
+              user: str | int | None = None, pid_file: str | None = None,
+              tool: Callable[[str], str] = str) -> list[str]:
     """argv for a k8s exec that runs `command` in bash with cwd, env and user applied.
 
-    `pid_file` records the shell's pid so a timed-out command's tree can be killed."""
+    `pid_file` records the shell's pid so a timed-out command's tree can be killed; `tool`
+    names a binary by its absolute path in the image (once the image is profiled)."""
+    bash = tool("bash")
     # The command runs as its own bash so its `;`/`||` can't escape the && chain above it.
-    inner = f"bash -c {shlex.quote(command)}"
+    inner = f"{bash} -c {shlex.quote(command)}"
     if user is not None and str(user) not in {"root", "0"}:
         if str(user).isdigit():
-            inner = (f"setpriv --reuid={user} --regid={user} --clear-groups "
-                     f"bash -c {shlex.quote(command)}")
+            inner = (f"{tool('setpriv')} --reuid={user} --regid={user} --clear-groups "
+                     f"{bash} -c {shlex.quote(command)}")
         else:
-            inner = f"runuser -u {shlex.quote(str(user))} -- bash -c {shlex.quote(command)}"
+            inner = f"{tool('runuser')} -u {shlex.quote(str(user))} -- {bash} -c {shlex.quote(command)}"
     parts = []
     if pid_file:
         quoted = shlex.quote(pid_file)
@@ -194,26 +198,27 @@ def wrap_exec(command: str, cwd: str | None = None, env: dict[str, str] | None =
     if env:
         parts.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())))
     parts.append(inner)
-    return ["bash", "-c", " && ".join(parts)]
+    return [bash, "-c", " && ".join(parts)]
 
 
-def kill_tree_command(pid_file: str) -> list[str]:
+def kill_tree_command(pid_file: str, tool: Callable[[str], str] = str) -> list[str]:
     """argv that SIGKILLs the process recorded in `pid_file` and all its descendants.
 
     Pure bash over /proc (no procps needed in the image)."""
     quoted = shlex.quote(pid_file)
-    script = KILL_TREE_BASH + f"[ -f {quoted} ] && kill_tree \"$(cat {quoted})\"; rm -f {quoted}"
-    return ["bash", "-c", script]
+    script = KILL_TREE_BASH + f"[ -f {quoted} ] && kill_tree \"$(< {quoted})\"; {tool('rm')} -f {quoted}"
+    return [tool("bash"), "-c", script]
 
 
-def upload_command(size_b64: int) -> list[str]:
+def upload_command(size_b64: int, tool: Callable[[str], str] = str) -> list[str]:
     """argv that reads exactly `size_b64` base64 bytes of a tar from stdin and unpacks it at /.
 
     Reading a known length avoids needing stdin EOF, which the exec websocket can't send."""
-    return ["bash", "-c", f"head -c {int(size_b64)} | base64 -d | tar xf - -C /"]
+    return [tool("bash"), "-c", f"{tool('head')} -c {int(size_b64)} | {tool('base64')} -d | {tool('tar')} xf - -C /"]
 
 
-def download_command(path: str) -> list[str]:
+def download_command(path: str, tool: Callable[[str], str] = str) -> list[str]:
     """argv that writes a base64 tar of `path` (its last component at the archive's top)."""
     parent, _, name = path.rstrip("/").rpartition("/")
-    return ["bash", "-c", f"tar cf - -C {shlex.quote(parent or '/')} {shlex.quote(name)} | base64 -w0"]
+    return [tool("bash"), "-c",
+            f"{tool('tar')} cf - -C {shlex.quote(parent or '/')} {shlex.quote(name)} | {tool('base64')} -w0"]

@@ -72,6 +72,20 @@ def image_exists(ref: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", ref], check=False, capture_output=True).returncode == 0
 
 
+def _source_of(ref: str) -> str:
+    """The task-source hash an image carries (a scaffold layer inherits its task image's)."""
+    from rlkit.sandbox.images import SOURCE_LABEL
+
+    proc = subprocess.run(["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{SOURCE_LABEL}"}}}}',
+                           ref], check=False, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def layer_is_current(ref: str, task_image: str) -> bool:
+    """`ref` exists and was layered on the task image as its sources are now."""
+    return image_exists(ref) and _source_of(ref) == _source_of(task_image)
+
+
 def _stage_npm(scaffold: Scaffold, stage: Path, log: Log) -> None:
     recipe = scaffold.image_recipe
     assert recipe is not None and recipe.npm_package and recipe.npm_binary
@@ -198,7 +212,7 @@ def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log
         log(f"✓ {name} runs on the host; {task_image} is used as it is")
         return task_image
     ref = scaffold_image_ref(task_image, name)
-    if not force and image_exists(ref):
+    if not force and layer_is_current(ref, task_image):
         log(f"✓ {ref} is up to date")
         return ref
     build_agent_image(name, log=log)
@@ -227,7 +241,7 @@ def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
         if scaffold.image_recipe is None:
             return BuildOutcome(task_id, task_image, "skipped", f"{name} runs on the host: no agent layer")
         ref = scaffold_image_ref(task_image, name)
-        existed = image_exists(ref)
+        existed = layer_is_current(ref, task_image)
         try:
             ref = build_scaffold_image(task_image, name, force=force, log=log)
             if push:

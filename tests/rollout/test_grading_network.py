@@ -34,3 +34,14 @@ def test_downloading_at_grading_time_is_a_verifier_error(base_image, tmp_path: P
                                                                          "VerifierNetworkError")
     assert "grading time" in (outcome.exception_message or "")
     assert "Temporary failure in name resolution" in (outcome.trial_dir / "verifier" / "test-stdout.txt").read_text()
+
+
+@pytest.mark.docker
+def test_a_pytest_plugin_the_image_lacks_is_a_verifier_error(base_image, tmp_path: Path):
+    """Grading runs with plugin auto-loading off unless the image installed plugins: a test.sh
+    that needs one (TB2's `--ctrf`) gets a task fault that says so, not a silent 0."""
+    outcome = asyncio.run(run_trial(TrialSpec(task_dir=DATA / "plugin-at-grading", agent="oracle",
+                                              trials_root=tmp_path, environment_kwargs={"network": "none"})))
+    assert (outcome.reason, outcome.reward, outcome.exception_type) == ("verifier_error", 0.0,
+                                                                         "VerifierPluginError")
+    assert "--ctrf" in (outcome.exception_message or "") and "install it in the task's image" in outcome.exception_message

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.errors import UserError
-from rlkit.sandbox.images import build_task_images
+from rlkit.sandbox.images import SOURCE_LABEL, build_task_images, source_digest, source_tag
 from rlkit.tasks.images import discover_tasks, read_task_spec, task_image_ref
 from tests.sandbox._helpers import write_task
 
@@ -64,6 +64,30 @@ def test_bad_task_toml_is_a_user_error(tmp_path: Path) -> None:
         read_task_spec(task)
 
 
+def _remove_images(task: str) -> None:
+    """Every tag of the task's image repository (the name it is given and its source-hash tags)."""
+    repo = task_image_ref(task).rsplit(":", 1)[0]
+    tags = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", repo],
+                          capture_output=True, text=True, check=False).stdout.split()
+    if tags:
+        subprocess.run(["docker", "rmi", "-f", *tags], capture_output=True, check=False)
+
+
+def test_source_digest_follows_every_file_of_the_build_context(tmp_path: Path) -> None:
+    context = write_task(tmp_path, "calc") / "environment"
+    first = source_digest(context)
+    assert first == source_digest(context) and len(first) == 12
+    (context / "Dockerfile").write_text((context / "Dockerfile").read_text() + "RUN true\n")
+    edited = source_digest(context)
+    (context / "data.txt").write_text("x")
+    added = source_digest(context)
+    (context / "data.txt").chmod(0o755)
+    executable = source_digest(context)
+    assert len({first, edited, added, executable}) == 4
+    assert source_tag("rlkit-task/calc:latest", first) == f"rlkit-task/calc:src-{first}"
+    assert source_tag("reg.io:5000/rlkit-task/calc", "abc") == "reg.io:5000/rlkit-task/calc:src-abc"
+
+
 @pytest.mark.docker
 def test_build_task_images_builds_then_caches(tmp_path: Path, base_image: str, docker_api) -> None:
     name = f"rlkit-test-build-{uuid.uuid4().hex[:6]}"
@@ -90,7 +114,7 @@ def test_build_task_images_builds_then_caches(tmp_path: Path, base_image: str, d
         again = build_task_images(discover_tasks(tmp_path / name))
         assert [o.status for o in again] == ["cached"]
     finally:
-        subprocess.run(["docker", "rmi", "-f", task_image_ref(name)], capture_output=True, check=False)
+        _remove_images(name)
 
 
 @pytest.mark.docker
@@ -108,4 +132,43 @@ def test_images_cli_build(tmp_path: Path, base_image: str) -> None:
                               env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
         assert push.returncode == 2 and "✗ FATAL" in push.stderr and "REGISTRY" in push.stderr
     finally:
-        subprocess.run(["docker", "rmi", "-f", task_image_ref(name)], capture_output=True, check=False)
+        _remove_images(name)
+
+
+@pytest.mark.docker
+def test_a_trial_after_a_dockerfile_edit_runs_the_rebuilt_image(tmp_path: Path, base_image: str, docker_api) -> None:
+    """Task images follow their sources: the next trial (and `rlkit images build`) rebuilds an edited task."""
+    import asyncio
+
+    from rlkit.rollout.trial import TrialSpec, run_trial
+
+    name = f"rlkit-test-rebuild-{uuid.uuid4().hex[:6]}"
+    buggy = "FROM rlkit/base:bookworm\nWORKDIR /app\nRUN printf 'def add(a, b):\\n    return a - b\\n' > calc.py\n"
+    fixed = buggy.replace("a - b", "a + b")
+    task = write_task(tmp_path, name, dockerfile=buggy)
+    dockerfile = task / "environment" / "Dockerfile"
+
+    def nop_reward(session: str) -> float:  # nop changes nothing: the reward says which image ran
+        outcome = asyncio.run(run_trial(TrialSpec(task_dir=task, agent="nop", trials_root=tmp_path / "trials",
+                                                  session=session, environment_kwargs={"network": "none"})))
+        assert outcome.reason in ("passed", "failed_tests"), outcome
+        return outcome.reward
+
+    def source_label() -> str:
+        return docker_api.inspect_image(task_image_ref(name))["Config"]["Labels"][SOURCE_LABEL]
+
+    try:
+        assert nop_reward("first") == 0.0  # built from the buggy Dockerfile
+        assert source_label() == source_digest(dockerfile.parent)
+        dockerfile.write_text(fixed)
+        assert nop_reward("after-edit") == 1.0  # the next trial ran the rebuilt image
+        assert source_label() == source_digest(dockerfile.parent)
+        assert docker_api.inspect_image(source_tag(task_image_ref(name), source_digest(dockerfile.parent)))
+        assert [o.status for o in build_task_images(discover_tasks(task))] == ["cached"]
+        dockerfile.write_text(buggy)  # back to sources built before: renamed from their hash tag, not rebuilt
+        assert [o.status for o in build_task_images(discover_tasks(task))] == ["cached"]
+        assert source_label() == source_digest(dockerfile.parent) and nop_reward("back") == 0.0
+        dockerfile.write_text(buggy + "RUN true\n")
+        assert [o.status for o in build_task_images(discover_tasks(task))] == ["built"]
+    finally:
+        _remove_images(name)

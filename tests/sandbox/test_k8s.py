@@ -76,10 +76,12 @@ def test_fake_k8s_start_creates_labelled_pod_waits_and_stop_deletes(task: Path, 
                                  "limits": {"cpu": "2", "memory": "1024Mi", "ephemeral-storage": "4096Mi"}}
     assert {"name": "MODE", "value": "strict"} in main["env"]
     assert pod.reads == 4  # three Pending reads, then Running
-    # The trial's log dirs are made with one exec right after the pod runs.
-    (call,) = pod_exec.calls
+    # The trial's log dirs are made with one exec right after the pod runs; then the image is probed
+    # for the verifier (before any agent), which this fake answers with nothing: no profile.
+    call, probe = pod_exec.calls
     assert call[0] == name and call[1] == "train"
     assert "mkdir -p /logs/agent /logs/artifacts /logs/verifier" in call[2][2]
+    assert probe[2][0] == "bash" and "probe" in probe[2][2] and env.image_profile is None
 
     asyncio.run(env.stop(delete=True))
     assert core.pods == {} and ("delete", "train", name, 0) in core.calls
