@@ -3,7 +3,7 @@ without importing transformers or running verl's package `__init__`.
 
 Why: preflight's first (cold) `rlkit check` runs the probe, and on a 2-core machine
 `from transformers import AutoTokenizer` costs ~5.7 s of CPU and `import verl` ~6 s (it
-imports torch, tensordict and ray), against ~0.1 s for jinja2 + tokenizers and ~0.15 s for
+imports torch, tensordict and ray), against ~0.1 s for jinja2 + tokenizers and ~0.2 s for
 verl's tool_parser module and what it imports (pydantic, regex). Measured with
 `bench/preflight.py`; the full path is `python -m rlkit.proxy.parsers --full`.
 
@@ -178,7 +178,9 @@ class TemplateTokenizer:
                                      add_generation_prompt=add_generation_prompt, **self.special_tokens_map)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+        if add_special_tokens:  # transformers may rebuild the post-processor that adds them
+            raise NotImplementedError("the light probe encodes without added special tokens only")
+        return self._backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, token_ids: int | list[int], skip_special_tokens: bool = False, **_: object) -> str:
         ids = [token_ids] if isinstance(token_ids, int) else list(token_ids)
