@@ -1,9 +1,12 @@
 """Tool-call parsers: does a verl parser read the tool calls a chat template writes?
 
 The one home of the parser probe. The proxy runs it in-process at start (it has the
-tokenizer loaded); preflight (`rlkit.validate.parser_probe`) runs it in a subprocess,
-because it imports transformers and verl. The proxy's per-call wrapper of verl's parsers
-is `rlkit.proxy.toolcalls.VerlToolParser`.
+tokenizer loaded); preflight (`rlkit.validate.parser_probe`) runs it in a subprocess.
+There it takes the light path where the model allows (`rlkit.proxy._light_probe`: verl's
+parser module without verl's package imports, the template rendered with jinja2 and
+tokenized with `tokenizers`, no transformers), else transformers' AutoTokenizer; `--full`
+forces AutoTokenizer and a plain `import verl`. The proxy's per-call wrapper of verl's
+parsers is `rlkit.proxy.toolcalls.VerlToolParser`.
 
 Renders a probe assistant tool call through the model's own chat template (with
 tools), tokenizes the assistant turn, and parses it back with verl's tool parsers.
@@ -11,7 +14,7 @@ Prints one JSON verdict per (model, parser) pair on stdout, one per line:
 
     {"parser": NAME, "ok": bool, "detail": str, "parses": [names that parse it], "completion": str}
 
-Usage: python -m rlkit.proxy.parsers MODEL_DIR PARSER [MODEL_DIR PARSER ...]
+Usage: python -m rlkit.proxy.parsers [--full] MODEL_DIR PARSER [MODEL_DIR PARSER ...]
 """
 
 from __future__ import annotations
@@ -114,19 +117,32 @@ def describe(verdict: dict) -> str:
     return f"parser {name!r} cannot read the chat template's tool-call format ({verdict['detail']}){hint}"
 
 
-async def probe(model_dir: str, parser_name: str) -> dict:
+async def probe(model_dir: str, parser_name: str, *, full: bool = False) -> dict:
+    if not full:
+        from rlkit.proxy._light_probe import NeedsTransformers, light_tokenizer
+
+        try:
+            return await probe_tokenizer(light_tokenizer(model_dir), parser_name)
+        except NeedsTransformers as exc:
+            print(f"{model_dir}: transformers' tokenizer ({exc})", file=sys.stderr)
     from transformers import AutoTokenizer
 
     return await probe_tokenizer(AutoTokenizer.from_pretrained(model_dir), parser_name)
 
 
 def main(argv: list[str]) -> int:
-    if not argv or len(argv) % 2:
+    full = argv[:1] == ["--full"]
+    pairs = argv[1:] if full else argv
+    if not pairs or len(pairs) % 2:
         print(__doc__, file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for model_dir, parser in zip(argv[::2], argv[1::2], strict=True):
-        print(json.dumps(asyncio.run(probe(model_dir, parser))), flush=True)
+    if not full:
+        from rlkit.proxy._light_probe import load_verl_tool_parsers
+
+        load_verl_tool_parsers()  # the probe's `from verl... import` statements then find it loaded
+    for model_dir, parser in zip(pairs[::2], pairs[1::2], strict=True):
+        print(json.dumps(asyncio.run(probe(model_dir, parser, full=full))), flush=True)
     return 0
 
 

@@ -1,10 +1,11 @@
 """TOOL_CALL_PARSER against the model's chat template.
 
-The probe itself (`rlkit.proxy.parsers`) needs transformers and verl, so it
-runs in a subprocess. Its verdict is cached on disk, keyed by everything it depends
+The probe itself (`rlkit.proxy.parsers`) needs verl's parsers and the model's tokenizer,
+so it runs in a subprocess. Its verdict is cached on disk, keyed by everything it depends
 on: the chat template and tokenizer config, the parser name, the verl and
 transformers versions and the probe's own version. A warm preflight reads the cache
-and spawns nothing.
+and spawns nothing; a cold one starts the probe before the other checks
+(`start_probe`), so they run while it works.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rlkit.validate.model import ModelDirError, model_info
 
 PROBE_VERSION = "2"
 PROBE_TIMEOUT_S = 300
+STARTED = "parser_probe_started"  # ctx.notes key: ([MODEL, PARSER], the running probe)
 
 
 def _version(dist: str) -> str:
@@ -44,14 +46,28 @@ def cache_key(model_dir: Path, chat_template: str, parser: str) -> str:
     return h.hexdigest()[:32]
 
 
+def _spawn(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rlkit.proxy.parsers", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    """The probe's stdout (one JSON line per pair), once it exits; it is killed past PROBE_TIMEOUT_S."""
+    try:
+        out, err = proc.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        tail = (err or out).strip().splitlines()[-3:]
+        raise RuntimeError(f"probe exited {proc.returncode}: {' | '.join(tail)}")
+    return out
+
+
 def run_probe_subprocess(argv: list[str]) -> str:
     """Runs the probe for `MODEL PARSER [MODEL PARSER ...]`; returns its stdout (one JSON line per pair)."""
-    proc = subprocess.run([sys.executable, "-m", "rlkit.proxy.parsers", *argv], capture_output=True,
-                          text=True, timeout=PROBE_TIMEOUT_S, check=False)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise RuntimeError(f"probe exited {proc.returncode}: {' | '.join(tail)}")
-    return proc.stdout
+    return _finish(_spawn(argv))
 
 
 def _cache_file(cache_dir: Path, model_dir: Path, chat_template: str, parser: str) -> Path:
@@ -77,14 +93,33 @@ def probe_verdict(ctx: Context, model_dir: Path, chat_template: str, parser: str
             return cached, True
     except FileReadError:
         pass  # absent or unreadable: probe again
-    runner = ctx.probe_runner or run_probe_subprocess
-    lines = runner([str(model_dir), parser]).strip().splitlines()
+    argv = [str(model_dir), parser]
+    started = ctx.notes.pop(STARTED, None)
+    if isinstance(started, tuple) and started[0] == argv:
+        output = _finish(started[1])
+    else:
+        output = (ctx.probe_runner or run_probe_subprocess)(argv)
+    lines = output.strip().splitlines()
     verdict = json.loads(lines[-1]) if lines else None
     if not isinstance(verdict, dict):
         raise RuntimeError(  # noqa: TRY004 -- the probe failed, the caller reports it
             f"the probe printed no verdict ({lines[-1][:80] if lines else 'nothing'!r})")
     _store(cache, verdict)
     return verdict, False
+
+
+def start_probe(ctx: Context) -> None:
+    """Starts the probe subprocess when the verdict is not cached, before the other checks run;
+    `tool_call_parser` then waits for it. Anything unusable is left for the checks to report."""
+    if ctx.probe_runner is not None or "TOOL_CALL_PARSER" in ctx.resolved.bad_keys:
+        return
+    info = model_info(ctx)
+    if isinstance(info, ModelDirError) or info.chat_template is None or info.tokenizer_file is None:
+        return
+    parser = ctx.resolved.config.TOOL_CALL_PARSER.value
+    if not _cache_file(ctx.cache_dir, info.path, info.chat_template, parser).is_file():
+        argv = [str(info.path), parser]
+        ctx.notes[STARTED] = (argv, _spawn(argv))
 
 
 def prewarm(pairs: list[tuple[Path, str]], cache_dir: Path) -> int:

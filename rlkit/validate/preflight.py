@@ -20,6 +20,10 @@ from rlkit.validate.findings import CHECKS, ORDER, Check, Context, Finding, Phas
 # thousands of findings (80,000 unknown keys) shows the first few and a count.
 CHECK_TIMEOUT_S = 60.0
 CHECK_TIMEOUTS_S = {"tool_call_parser": 330.0}  # the probe subprocess has 300 s of its own
+# Slow work a check waits on, started before any check runs so the others overlap it. A start
+# that has not returned within EARLY_START_S (a hung model path) is left behind; its check reports.
+EARLY_STARTS = {"tool_call_parser": "rlkit.validate.parser_probe:start_probe"}
+EARLY_START_S = 5.0
 MAX_FINDINGS_PER_CHECK = 10
 SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.FATAL: 3}
 
@@ -57,6 +61,10 @@ class PreflightReport:
 def run_checks(ctx: Context, phases: Iterable[Phase] = (Phase.STATIC, Phase.WORLD),
                only: Iterable[str] | None = None) -> list[Finding]:
     wanted = set(only) if only is not None else None
+    phases = tuple(phases)
+    for name, target in EARLY_STARTS.items():
+        if CHECKS.get(name).phase in phases and (wanted is None or name in wanted):
+            _start_early(target, ctx)
     findings: list[Finding] = []
     for phase in phases:
         for name in ORDER:
@@ -65,6 +73,20 @@ def run_checks(ctx: Context, phases: Iterable[Phase] = (Phase.STATIC, Phase.WORL
                 continue
             findings += _capped(name, _run_bounded(check, ctx, CHECK_TIMEOUTS_S.get(name, CHECK_TIMEOUT_S)))
     return findings
+
+
+def _start_early(target: str, ctx: Context) -> None:
+    from rlkit.registry import import_string
+
+    def start() -> None:
+        try:
+            import_string(target)(ctx)  # type: ignore[operator]
+        except Exception:  # noqa: BLE001, S110 -- the check itself runs later and reports what is wrong
+            pass
+
+    thread = threading.Thread(target=start, name=f"start-{target}", daemon=True)
+    thread.start()
+    thread.join(EARLY_START_S)
 
 
 def _run_bounded(check: Check, ctx: Context, timeout_s: float) -> list[Finding]:

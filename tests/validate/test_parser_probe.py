@@ -78,3 +78,39 @@ def test_cached_verdict_is_used_without_a_probe(ws, tmp_path: Path) -> None:
                           probe_runner=never_spawn)
     (finding,) = report.findings
     assert finding.status is Status.FATAL and "TOOL_CALL_PARSER=qwen3_coder" in finding.fix
+
+
+def test_cold_preflight_starts_the_real_probe_before_the_other_checks(ws, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No runner swapped in: the probe subprocess starts before the first check runs, the
+    tool_call_parser check takes its verdict, and the verdict is cached."""
+    from rlkit.validate import parser_probe, static
+
+    events: list[str] = []
+    spawn, syntax = parser_probe._spawn, static.config_syntax
+
+    def spawn_logged(argv: list[str]):
+        events.append("probe")
+        return spawn(argv)
+
+    def syntax_logged(ctx):
+        events.append("config_syntax")
+        return syntax(ctx)
+
+    monkeypatch.setattr(parser_probe, "_spawn", spawn_logged)
+    monkeypatch.setattr(static, "config_syntax", syntax_logged)
+    cfg = ws.config(TOOL_CALL_PARSER="qwen3_coder")
+    report = ws.preflight(cfg, only=["config_syntax", "tool_call_parser"], cache_dir=tmp_path / "c")
+    (finding,) = report.by_check("tool_call_parser")
+    assert finding.status is Status.OK and "(probed)" in finding.message, finding.render()
+    assert events == ["probe", "config_syntax"]
+    assert len(list((tmp_path / "c" / "parser_probe").glob("*.json"))) == 1
+
+
+def test_warm_preflight_starts_no_probe(ws, probe_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.validate import parser_probe
+
+    monkeypatch.setattr(parser_probe, "_spawn", never_spawn)
+    cfg = ws.config(TOOL_CALL_PARSER="qwen3_coder")
+    (finding,) = ws.preflight(cfg, only=["tool_call_parser"], cache_dir=probe_cache).findings
+    assert finding.status is Status.OK and "(cached)" in finding.message, finding.render()
