@@ -19,7 +19,6 @@ vLLM's prompt logprobs never read the prefix cache, so the probe checks the weig
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,11 +86,12 @@ RELOAD_REPACKED = "reload_weights_repacked"
 
 def ties_embeddings(model_path: str | Path) -> bool:
     """Does the HF model share its input embedding with the output layer?"""
+    from rlkit.config.model_files import FileReadError, read_model_config
+
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
+        return read_model_config(model_path).ties_embeddings
+    except FileReadError:
         return False
-    return bool(config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False)))
 
 
 def reload_in_place(vllm_url: str, weights_path: str, *, method: str = RELOAD,
