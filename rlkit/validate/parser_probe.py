@@ -139,7 +139,9 @@ def tool_call_parser(ctx: Context) -> list[Finding]:
                       "run `python -m rlkit.proxy.parsers MODEL_PATH PARSER` to see the error",
                       key="TOOL_CALL_PARSER", where=where)]
     if verdict.get("timed_out"):
-        return [fatal("tool_call_parser", f"the chat template ran past its {verdict.get('budget_s', '?')} s "
+        budget = verdict.get("budget_s")
+        shown = f" {budget:g} s" if isinstance(budget, int | float) else ""
+        return [fatal("tool_call_parser", f"the chat template ran past its{shown} "
                       "rendering budget and was stopped (a loop in the template?); vLLM and the proxy would "
                       "hang on it for every prompt", "use the chat template the model was trained with",
                       key="MODEL_PATH", where=ctx.resolved.where("MODEL_PATH"))]

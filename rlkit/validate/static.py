@@ -101,9 +101,9 @@ def overrides(ctx: Context) -> list[Finding]:
         was = f"{o.key}={_shown(o.earlier.text, o.key)} ({o.earlier.layer.value}, {o.earlier.where})"
         now = f"{_shown(o.later.text, o.key)} ({o.later.layer.value}, {o.later.where})"
         if o.later.layer is Layer.AXIS:
-            out.append(warn("overrides", f"{was} is replaced by {now}", f"to keep the {o.earlier.layer.value} "
-                            f"value, set {o.key} in the run config (it wins over templates); else remove it from "
-                            f"{LAYER_FILES[o.earlier.layer]}", key=o.key, where=o.later.where))
+            out.append(warn("overrides", f"{was} is replaced by the template's {now}", f"to keep the "
+                            f"{o.earlier.layer.value} value, set {o.key} in the run config (it wins over templates); "
+                            f"else remove it from {LAYER_FILES[o.earlier.layer]}", key=o.key))
         else:
             listed.append(f"{was} -> {now}")
     if listed:

@@ -147,8 +147,8 @@ def _kube_check(ctx: Context) -> list[Finding]:
         return [fatal("backend", f"K8S_NAMESPACE={ns!r} is not a valid namespace name",
                       "lower-case letters, digits and '-'", key="K8S_NAMESPACE",
                       where=ctx.resolved.where("K8S_NAMESPACE"))]
-    url = urlparse(server)
     try:
+        url = urlparse(server)
         host, port = url.hostname or "", url.port or 443
         with socket.create_connection((host, port), timeout=2):
             pass
