@@ -217,13 +217,11 @@ def _where(loc: tuple, data: Any) -> str:
     union members pydantic adds, like `str` or `list[...]`, are not in the document and are dropped)."""
     path = []
     for part in loc:
-        if isinstance(data, dict) and part in data:
+        is_key = isinstance(data, dict) and part in data
+        is_index = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if is_key or is_index:
             data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
-            data = data[part]
-        else:
-            continue
-        path.append(str(part))
+            path.append(str(part))
     return ".".join(path) or "the top level"
 
 
