@@ -30,7 +30,7 @@ Name = Annotated[StrictStr, Field(max_length=256)]
 class _Lm(BaseModel):
     """The fields of a language model's config rlkit reads (None: absent or null)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     model_type: Name | None = None
     max_position_embeddings: Window | None = None
@@ -84,7 +84,7 @@ class ModelConfig(_Lm):
 
 
 class NamedTemplate(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     name: StrictStr | None = None
     template: StrictStr
@@ -93,7 +93,7 @@ class NamedTemplate(BaseModel):
 class TokenizerConfig(BaseModel):
     """tokenizer_config.json / chat_template.json: where a chat template may live."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     chat_template: StrictStr | list[NamedTemplate] | None = None
 
@@ -116,7 +116,7 @@ def read_tokenizer_config(path: str | Path) -> TokenizerConfig:
 class FsdpConfig(BaseModel):
     """A verl checkpoint's actor/fsdp_config.json: how many ranks wrote its shards."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     world_size: Annotated[StrictInt, Field(ge=1, le=65536)]
 

@@ -142,7 +142,7 @@ class Owner:
 class LockFile(BaseModel):
     """The fields of logs/<exp>.lock readers use (rlkit.launch.lock writes it); others are kept as they are."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     pid: Annotated[StrictInt, Field(ge=0, le=2**32)] | None = None
     host: Annotated[StrictStr, Field(max_length=255)] | None = None

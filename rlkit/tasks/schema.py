@@ -40,7 +40,7 @@ TASK_CHECK_KEY = "rlkit.task_check"
 class TaskCheckVerdict(BaseModel):
     """The TASK_CHECK_KEY metadata: how many tasks `rlkit tasks check` ran, and the broken ones' reasons."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     checked: Annotated[StrictInt, Field(ge=0)] = 0
     broken: dict[Annotated[str, Field(max_length=1024)], Annotated[StrictStr, Field(max_length=65536)]] = Field(

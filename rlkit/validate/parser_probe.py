@@ -74,7 +74,7 @@ def _store(cache: Path, verdict: dict) -> None:
 class ProbeVerdict(BaseModel):
     """One line of the probe's output (and of its cache): what the check reads of it."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     ok: StrictBool = False
     detail: StrictStr = ""
     parses: list[StrictStr] = Field(default_factory=list, max_length=64)

@@ -83,23 +83,23 @@ def _docker_ping(address: str, timeout: float = 1.0) -> str | None:
 
 
 class _KubeCluster(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     server: StrictStr | None = None
 
 
 class _KubeClusterEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     name: StrictStr
     cluster: _KubeCluster | None = None
 
 
 class _KubeContext(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     cluster: StrictStr | None = None
 
 
 class _KubeContextEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     name: StrictStr
     context: _KubeContext | None = None
 
@@ -107,7 +107,7 @@ class _KubeContextEntry(BaseModel):
 class KubeConfig(BaseModel):
     """The parts of a kube config the backend check reads (the kubernetes client reads the rest)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
     current_context: StrictStr | None = Field(None, alias="current-context")
     contexts: list[_KubeContextEntry] | None = None
     clusters: list[_KubeClusterEntry] | None = None
