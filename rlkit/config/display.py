@@ -7,9 +7,13 @@ Where text leaves the process, `clean` is applied:
 
     terminal   `install()` (the `rlkit` command calls it first) wraps sys.stdout and sys.stderr in
                a SafeStream: every print, every error, every library's message is cleaned per line
-    logs       CleanFilter on log handlers (`install()` puts it on the root logger's handlers)
+               (so is a run's log of them: `rlkit run` sends that output to logs/train_<MMDD>.out)
+    logs       CleanFilter on log handlers (`install()` puts it on the root logger's handlers, the
+               local trainer on its run's handlers; the verl trainer's tee masks each line)
     findings   Finding cleans and clips its message at construction (clip after masking)
-    files      what DRY_RUN writes (the agent-loop YAML) is masked before it is written
+
+Files a run writes from config values (the agent-loop YAML) never carry a secret: a secret's value
+in any other key is FATAL before DRY_RUN or a run writes anything (the secret_spread check).
 
 A rich console (live progress bars, tables) draws with escape sequences: `styled_output()`
 gives it a SafeStream that keeps rich's own CSI sequences (colours, cursor moves, line erase)

@@ -146,5 +146,5 @@ def candidate_values(raw: str) -> Iterable[str]:
     yield raw
     unquoted = raw.strip("'\"")
     yield unquoted
-    yield from unquoted.split()
-    yield from (p for p in _PARTS.split(unquoted) if p)
+    yield from (w for w in unquoted.split() if len(w) >= MIN_PART_CHARS)  # "x" of "KEY=secret x" is no secret
+    yield from (p for p in _PARTS.split(unquoted) if len(p) >= MIN_PART_CHARS)

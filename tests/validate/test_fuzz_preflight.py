@@ -23,8 +23,9 @@ Invariants, asserted for every case:
   - no raw control character in the output (only newline and tab);
   - nothing executed: the marker `$(...)` or backticks would create never appears.
 
-CI runs RLKIT_FUZZ_EXAMPLES examples per property (default 100) with a fixed seed; a longer run is
-one variable away: RLKIT_FUZZ_EXAMPLES=5000 RLKIT_FUZZ_SEED=random pytest tests/validate/test_fuzz_preflight.py
+CI runs RLKIT_FUZZ_EXAMPLES examples per property (default 150) with a fixed seed; a longer run is
+one variable away (-s prints how many inputs were tried):
+RLKIT_FUZZ_EXAMPLES=5000 RLKIT_FUZZ_SEED=random pytest -s tests/validate/test_fuzz_preflight.py
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from rlkit.errors import ConfigError
 from tests.validate.helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = int(os.environ.get("RLKIT_FUZZ_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("RLKIT_FUZZ_EXAMPLES", "150"))
 SEED = os.environ.get("RLKIT_FUZZ_SEED", "2525")
 SECRET = "wandb-Zq8Xr2Lm5Nv7Tp1Kd4Hs9Wf3"
 SECRET2 = "hf_Qw3Er5Ty7Ui9Op1As2Df4"  # HF_TOKEN of the environment: a secret by its name only
