@@ -202,9 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                          "wall_s": float(wall_file.read_text()) if wall_file.is_file() else None,
                          "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{exp}.jsonl")})
 
-    lines = [f"# Learning: {len(seeds)} seeds x {args.steps} steps of the embedded default (LR {lr}) vs a "
+    title = (f"# Learning: {len(seeds)} seeds x {args.steps} steps of the embedded default (LR {lr}) vs a "
              f"control (LR 0); validation {args.val_n} seeded attempts per task, paired before/after; "
-             f"95% bootstrap over seeds, tasks and attempts", "",
+             f"95% bootstrap over seeds, tasks and attempts")
+    lines = [title, "",
              "| arm | task set | pass@1 before | pass@1 after | gain (after - before) |", "|---|---|---|---|---|"]
     summary: dict[str, Any] = {}
     for arm in ARMS:

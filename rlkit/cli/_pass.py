@@ -97,8 +97,12 @@ def run_with_progress(engine: Any, rows: list, k: int, results: Path, title: str
         return (f"[green]pass {totals['passed']}[/] [red]fail {totals['graded'] - totals['passed']}[/] "
                 f"[yellow]masked {totals['masked']}[/]")
 
+    from rich.console import Console
+
+    from rlkit.config.display import styled_output
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[counts]}")) as progress:
+                  TextColumn("{task.fields[counts]}"), console=Console(file=styled_output())) as progress:
         bar = progress.add_task(title, total=total, completed=min(done["attempts"], total), counts=counts(done))
 
         def on_result(_result: Any, tallies: dict) -> None:

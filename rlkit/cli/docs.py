@@ -12,7 +12,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rlkit.config.schema import FIELDS, KEYS, LAYER_ORDER, default_text, home_layer, key_layers, type_name
+from rlkit.config.schema import (
+    FIELDS,
+    KEYS,
+    LAYER_ORDER,
+    default_text,
+    home_layer,
+    is_strict,
+    key_layers,
+    type_name,
+)
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -38,7 +47,24 @@ Lowest to highest precedence; a later layer overrides an earlier one.
 | process | the process environment | `PREFLIGHT_ONLY`, `DRY_RUN`, secrets, a few paths |
 
 Each key lists the layers it may be set in, its home first. Setting it anywhere else is a
-⚠ `key_layer` warning. Only the keys of the process layer are read from the environment.
+⚠ `key_layer` warning; for a key marked **strict** (it decides who runs what: the agent, the
+image, the network) it is ✗ FATAL and the value is not applied. Only the keys of the process
+layer are read from the environment. Every value a later layer replaces is said (`overrides`):
+a template replacing a site.env value is a ⚠ warning, the run config or the environment
+replacing one is listed.
+
+## Ranges and secrets
+
+- Every count, size, rate, coefficient and wait has a range with an upper end (the type
+  column); the world checks narrow them to what the run can use: `TRAIN_BSZ` beyond the task
+  index's rows, `MAX_PROMPT` / `MAX_PROMPT + MAX_RESP` beyond the model's window, `MAX_SANDBOXES`
+  beyond this machine's CPUs. `DRY_RUN=1` runs the model checks too, so it agrees with
+  `rlkit check` on the window it prints as `--max-model-len`.
+- `OUTPUT_DIR` never climbs out with `..`.
+- A secret (`WANDB_API_KEY`, and any key or environment variable named like a credential:
+  `*_TOKEN`, `*_KEY`, `*SECRET*`, `*PASSWORD*`, in any case) is masked by value in everything
+  rlkit prints, logs or writes: whole, escaped, in part or clipped. A secret's value inside
+  another key is ✗ FATAL (`secret_spread`).
 
 ## Files
 
@@ -79,7 +105,7 @@ def render() -> str:
         parts.append("|---|---|---|---|---|")
         for name in names:
             default = default_text(name)
-            layers = ", ".join(x.value for x in key_layers(name))
+            layers = ", ".join(x.value for x in key_layers(name)) + (" (**strict**)" if is_strict(name) else "")
             parts.append(f"| `{name}` | {_cell(type_name(name))} | {_cell(f'`{default}`' if default else '(empty)')}"
                          f" | {layers} | {_cell(FIELDS[name].description or '')} |")
         parts.append("")

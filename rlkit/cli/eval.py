@@ -45,7 +45,9 @@ def print_table(results: dict) -> None:
         table.add_row(tid, str(task["n"]), str(task["c"]), *(cell(task[key]) for key in keys))
     table.add_section()
     table.add_row("overall", "", "", *(cell(results["overall"][key]) for key in keys))
-    Console().print(table)
+    from rlkit.config.display import styled_output
+
+    Console(file=styled_output()).print(table)
 
 
 def main(argv: list[str]) -> int:

@@ -60,6 +60,16 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlkit.config.display import flush, install
+
+    install()  # every message this command prints or logs passes rlkit.config.display.clean
+    try:
+        return _main(argv)
+    finally:
+        flush()
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in {"-h", "--help", "help"}:
         print(_usage())
@@ -83,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if name != "proxy":  # `rlkit proxy serve` logs its own INFO lines
         _console_logging()
+    from rlkit.config.display import clean_log_handlers
+
+    clean_log_handlers()
 
     module = importlib.import_module(COMMANDS[name][0])
     try:

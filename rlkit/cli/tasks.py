@@ -48,7 +48,9 @@ def _check(args: argparse.Namespace) -> int:
     specs = discover_tasks(args.source, registry=args.registry)
     if any(spec.dockerfile and not spec.prebuilt for spec in specs):
         ensure_base_image(log=lambda msg: print(msg, file=sys.stderr))
-    console = Console(stderr=True)
+    from rlkit.config.display import styled_output
+
+    console = Console(file=styled_output(sys.stderr))
     env = {"network": args.network} if args.network else {}
     with tempfile.TemporaryDirectory(prefix="rlkit-tasks-check-") as tmp:
         root = args.trials_dir or Path(tmp)

@@ -1,8 +1,9 @@
 """`rlkit train CFG`: what scripts/train/train.sh runs.
 
   PREFLIGHT_ONLY=1  resolve, print the run configuration block and Run Validation; launch nothing.
-  DRY_RUN=1         print the fully expanded launch commands (after the static checks) and write the
-                    files they name (the agent-loop YAML); launch nothing.
+  DRY_RUN=1         print the fully expanded launch commands (after the static checks and the model's:
+                    its files and window, which set --max-model-len) and write the files they name (the
+                    agent-loop YAML); launch nothing.
   neither           preflight, then run the trainer TRAINER names:
                       local  the embedded trainer on this machine (rlkit.train.local)
                       verl   the cluster path (verl main_ppo on Ray)
@@ -76,12 +77,11 @@ def main(argv: list[str]) -> int:
     args = parse(argv, prog="rlkit train")
     # Resolve once to read the process switches (they are config keys of the process layer).
     from rlkit.config.resolve import resolve
-    from rlkit.validate.findings import Phase
-    from rlkit.validate.preflight import run_preflight
+    from rlkit.validate.preflight import dry_run_checks, run_preflight
 
     switches = resolve(args.config).config
     if switches.DRY_RUN and not switches.PREFLIGHT_ONLY:
-        report = run_preflight(args.config, phases=(Phase.STATIC,))
+        report = run_preflight(args.config, only=dry_run_checks())
         if not report.ok:
             print(report.render(block=False))
             return EXIT_FATAL

@@ -10,7 +10,8 @@ Every error names the file, the line, the key and the fix; the reader collects t
 all instead of stopping at the first one. Lines end at `\n` only (a trailing `\r` of a
 CRLF file is dropped), so line numbers match every editor; any other control character
 in a setting is an error naming it. A UTF-8 byte-order mark is skipped with a note.
-Errors never quote the value of a key listed in `secret_keys`.
+Errors never quote the value of a key listed in `secret_keys` or named like a credential
+(`rlkit.config.secrets.is_secret_name`: HF_TOKEN, openai_api_key, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from rlkit.config.files import FileReadError, clip, read_bytes
 from rlkit.config.ranges import control_char
+from rlkit.config.secrets import is_secret_name
 from rlkit.errors import ConfigError
 
 KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -171,7 +173,7 @@ def parse_env_text(text: str, path: str, secret_keys: frozenset[str] = frozenset
         name, eq, raw = stripped.partition("=")
         word = (name if eq else stripped).split()[0] if (name if eq else stripped).split() else ""
         guessed = word if KEY_RE.fullmatch(word) else None
-        secret = guessed in secret_keys
+        secret = guessed is not None and (guessed in secret_keys or is_secret_name(guessed))
         bad = control_char(stripped.replace("\t", " "))  # tabs are whitespace here
         if bad:
             result.errors.append(_error(f"control character {bad} in the line", "delete it (values are plain "

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import json
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 OWNER_PID_ENV = "RLKIT_OWNER_PID"
 OWNER_START_ENV = "RLKIT_OWNER_START"
@@ -138,12 +139,48 @@ class Owner:
 
 
 # ---- the run lock --------------------------------------------------------------------------------
-def read_lock(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+class LockFile(BaseModel):
+    """The fields of logs/<exp>.lock readers use (rlkit.launch.lock writes it); others are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+    pid: Annotated[StrictInt, Field(ge=0, le=2**32)] | None = None
+    host: Annotated[StrictStr, Field(max_length=255)] | None = None
+    user: Annotated[StrictStr, Field(max_length=255)] | None = None
+    started: Annotated[StrictStr, Field(max_length=64)] | None = None
+    heartbeat: Annotated[StrictStr, Field(max_length=64)] | None = None
+    project: Annotated[StrictStr, Field(max_length=255)] | None = None
+    exp: Annotated[StrictStr, Field(max_length=255)] | None = None
+    step: Annotated[StrictInt, Field(ge=-1, le=2**31)] | None = None
+    phase: Annotated[StrictStr, Field(max_length=64)] | None = None
+    config: Annotated[StrictStr, Field(max_length=4096)] | None = None
+    reaper_pid: Annotated[StrictInt, Field(ge=0, le=2**32)] | None = None
+    children: Annotated[list[list[StrictInt | StrictFloat]], Field(max_length=100_000)] | None = None
+
+
+LOCK_MAX_BYTES = 4 * 2**20
+
+
+def load_lock(path: Path) -> dict[str, Any] | None:
+    """The run lock at `path` (None when there is none); FileReadError when something else is there:
+    a FIFO, a device, a link to one, not JSON, nested too deeply, fields of the wrong shape."""
+    from rlkit.config.files import present, read_model
+
+    if not present(path):
         return None
-    return data if isinstance(data, dict) else None
+    return read_model(path, LockFile, max_bytes=LOCK_MAX_BYTES,
+                      fix="if no run of this experiment is in flight, delete it (the next run writes a new one)"
+                      ).model_dump()
+
+
+def read_lock(path: Path) -> dict[str, Any] | None:
+    """The run lock, or None when there is none or it cannot be read (`load_lock` says why)."""
+    from rlkit.config.files import FileReadError
+
+    try:
+        return load_lock(path)
+    except FileReadError:
+        return None
 
 
 def heartbeat_age_s(lock: dict[str, Any]) -> float | None:

@@ -25,6 +25,7 @@ NAME_MAX = 255  # bytes of one path component on every common filesystem
 class IntRange:
     lo: int
     hi: int = INT_MAX
+    why: str = ""  # what the upper end is derived from (the fix hint says it)
 
     def check(self, value: int) -> str | None:
         if self.lo <= value <= self.hi:
@@ -42,10 +43,14 @@ class FloatRange:
     lo: float = -math.inf
     hi: float = math.inf
     lo_open: bool = False
+    why: str = ""
+    zero_ok: bool = False  # 0 is allowed too (LR 0: the update switched off)
 
     def check(self, value: float) -> str | None:
         if not math.isfinite(value):
             return "must be a finite number (not nan or inf)"
+        if self.zero_ok and value == 0:
+            return None
         if value < self.lo or (self.lo_open and value == self.lo) or value > self.hi:
             return f"must be in {self.text()}"
         return None
@@ -55,7 +60,8 @@ class FloatRange:
             return "finite"
         left = "(" if self.lo_open else "["
         hi = "" if self.hi == math.inf else f"{self.hi:g}"
-        return f"{left}{self.lo:g}, {hi}]" if hi else f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        text = f"{left}{self.lo:g}, {hi}]" if hi else f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        return f"0 or {text}" if self.zero_ok else text
 
 
 def control_char(text: str) -> str | None:
@@ -64,6 +70,26 @@ def control_char(text: str) -> str | None:
         if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in "\ufeff":
             return f"U+{ord(ch):04X}"
     return None
+
+
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC starts every escape sequence,
+# U+009B is a one-character CSI), DEL, line / paragraph separators, bidi overrides that reorder
+# what is shown, and the byte-order mark.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\ufeff]")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape_controls(text: str, keep: str = "\n\t") -> str:
+    """`text` with every control character shown escaped (ESC as \\x1b), except those in `keep`."""
+    if not _CONTROLS.search(text):
+        return text
+    if not keep:
+        return _CONTROLS.sub(_escaped, text)
+    return _CONTROLS.sub(lambda m: m.group(0) if m.group(0) in keep else _escaped(m), text)
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,8 @@ class TextRule:
         if bad:
             return f"contains the control character {bad}"
         return getattr(self, f"_{self.kind}")(value)
+
+    why: str = ""
 
     def _text(self, value: str) -> str | None:
         return None
@@ -127,22 +155,36 @@ class TextRule:
         return f"<= {self.max_len} chars{extra}"
 
 
-PORT = IntRange(1, 65535)
-COUNT = IntRange(1)
-COUNT0 = IntRange(0)
-FREQ = IntRange(-1)  # -1: never
-FRACTION = FloatRange(0.0, 1.0, lo_open=True)
+PORT = IntRange(1, 65535, "a TCP port")
+# Every count, size, rate, coefficient and wait has an upper end: what a run can use. The checks that
+# see the world narrow them further (a batch beyond the index's rows, a window beyond the model's,
+# sandboxes beyond this machine's CPUs: rlkit/validate).
+NODES = IntRange(1, 4096, "nodes in one Ray cluster")
+PER_NODE = IntRange(1, 64, "GPUs in one node")
+GROUP = IntRange(1, 1024, "responses per prompt; GRPO groups are 4-64")
+BATCH = IntRange(1, 65536, "prompts per step")
+TOKENS = IntRange(1, 2**24, "tokens: no model's window is longer")
+FREQ = IntRange(-1, 1_000_000, "steps; -1: never")
+WAIT = IntRange(1, 86400, "seconds: 0 gives up at once, more than a day hangs a broken run for days")
 
 RULES: dict[str, IntRange | FloatRange | TextRule] = {
-    "NNODES": COUNT, "N_NODES_TRAIN": COUNT, "N_NODES_ROLLOUT": COUNT0, "SP_SIZE": COUNT, "EP_SIZE": COUNT,
-    "ROLLOUT_TP": COUNT, "TRAIN_BSZ": COUNT, "N_RESP": COUNT, "MINI_BSZ": COUNT, "MAX_PROMPT": COUNT,
-    "MAX_RESP": COUNT, "TOTAL_EPOCHS": COUNT, "TOTAL_STEPS": COUNT0, "TRAINER_SAVE_FREQ": FREQ,
-    "TRAINER_TEST_FREQ": FREQ, "VAL_N": COUNT, "PARAM_SYNC_STEPS": COUNT, "MAX_OFF_POLICY": COUNT0,
-    "SEED": IntRange(0, 2**31 - 1),
-    "GPUS_PER_NODE": COUNT,
-    "MAX_SANDBOXES": COUNT, "NODE_WAIT_S": COUNT0, "REPLICA_WAIT_S": COUNT0,
-    "RAY_PORT": PORT, "PROXY_PORT": PORT, "DASHBOARD_PORT": PORT,
-    "ROLLOUT_GPU_MEM": FRACTION, "LR": FloatRange(0.0, 1.0), "KL_LOSS_COEF": FloatRange(0.0),  # LR 0: a control run
+    "NNODES": NODES, "N_NODES_TRAIN": NODES, "N_NODES_ROLLOUT": IntRange(0, 4096, "nodes in one Ray cluster"),
+    "SP_SIZE": IntRange(1, 1024, "GPUs one sequence is split over"),
+    "EP_SIZE": IntRange(1, 1024, "GPUs the experts are split over"), "ROLLOUT_TP": PER_NODE,
+    "TRAIN_BSZ": BATCH, "N_RESP": GROUP, "MINI_BSZ": BATCH, "MAX_PROMPT": TOKENS, "MAX_RESP": TOKENS,
+    "TOTAL_EPOCHS": IntRange(1, 100_000, "passes over the index"),
+    "TOTAL_STEPS": IntRange(0, 10_000_000, "steps; 0: TOTAL_EPOCHS passes"),
+    "TRAINER_SAVE_FREQ": FREQ, "TRAINER_TEST_FREQ": FREQ, "VAL_N": GROUP,
+    "PARAM_SYNC_STEPS": IntRange(1, 65536, "mini-batches per step"),
+    "MAX_OFF_POLICY": IntRange(0, 1024, "policy versions"), "GPUS_PER_NODE": PER_NODE,
+    "SEED": IntRange(0, 2**31 - 1, "a seed"),
+    "MAX_SANDBOXES": IntRange(1, 4096, "sandboxes one node runs at once"), "NODE_WAIT_S": WAIT,
+    "REPLICA_WAIT_S": WAIT, "RAY_PORT": PORT, "PROXY_PORT": PORT, "DASHBOARD_PORT": PORT,
+    "ROLLOUT_GPU_MEM": FloatRange(0.05, 1.0, why="a fraction of GPU memory; below 0.05 vLLM fits no KV cache"),
+    "LR": FloatRange(1e-9, 0.1, zero_ok=True, why="a learning rate; 0 switches the update off (a control run), "
+                                                   "below 1e-9 nothing moves, above 0.1 the policy diverges"),
+    "KL_LOSS_COEF": FloatRange(0.0, 10.0, why="a loss coefficient; 0 disables the KL loss, typical values are "
+                                             "0.001-0.1"),
     "PROJECT_NAME": TextRule(128), "EXP_NAME": TextRule(128),
     "RAY_HEAD_ADDRESS": TextRule(253, "host"), "NODE_IP": TextRule(253, "host"), "PROXY_HOST": TextRule(253, "host"),
     "DOCKER_HOST": TextRule(PATH_MAX, "docker_host"), "K8S_NAMESPACE": TextRule(63, "namespace"),

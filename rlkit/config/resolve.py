@@ -31,9 +31,17 @@ from rlkit.config.schema import (
     default_text,
     is_path,
     is_secret,
+    is_strict,
     key_layers,
 )
-from rlkit.config.secrets import candidate_values, mask_secrets
+from rlkit.config.secrets import (
+    MASK,
+    candidate_values,
+    environment_secrets,
+    is_secret_name,
+    mask_secrets,
+    remember,
+)
 from rlkit.errors import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +69,15 @@ class Misplaced:
     layer: Layer
 
 
+@dataclass(frozen=True)
+class Override:
+    """A value set in one file that a later layer (or a later file of the same layer) replaced."""
+
+    key: str
+    earlier: Value
+    later: Value
+
+
 @dataclass
 class ResolvedConfig:
     config_path: Path
@@ -70,6 +87,7 @@ class ResolvedConfig:
     layer_files: dict[Layer, list[str]] = field(default_factory=dict)
     unknown: list[tuple[Entry, Layer]] = field(default_factory=list)
     misplaced: list[Misplaced] = field(default_factory=list)
+    overrides: list[Override] = field(default_factory=list)
     errors: list[ConfigError] = field(default_factory=list)  # parse and reference errors
     type_errors: list[ConfigError] = field(default_factory=list)
     duplicates: list[tuple[Entry, Entry]] = field(default_factory=list)
@@ -194,7 +212,7 @@ def _typed(values: dict[str, Value], errors: list[ConfigError]) -> tuple[RunConf
                     continue  # a default that inherits a bad value (${TRAIN_BSZ}): the cause is reported
                 want = FIELDS[name].annotation
                 kind = getattr(want, "__name__", str(want))
-                shown = clip(repr(v.text), 80)
+                shown = "(a secret, not shown)" if v.secret else clip(repr(v.text), 80)
                 msg = str(err["msg"])
                 if msg.startswith("Value error, "):  # a range rule (rlkit/config/ranges.py)
                     message, fix = f"{name}={shown} {msg.removeprefix('Value error, ')}", _range_fix(name)
@@ -216,7 +234,10 @@ def _range_fix(name: str) -> str:
     from rlkit.config.schema import key_rule
 
     rule = key_rule(name)
-    return f"set {name} within its range: {rule.text()}" if rule is not None else f"fix {name}"
+    if rule is None:
+        return f"fix {name}"
+    why = f" ({rule.why})" if rule.why else ""
+    return f"set {name} within its range: {rule.text()}{why}"
 
 
 def _type_fix(name: str) -> str:
@@ -250,15 +271,23 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
         out.notes.extend(env.notes)
         for key, raw in env.rejected:
             rejected[key] = raw
-            if key in SECRET_KEYS:
+            if key in SECRET_KEYS or is_secret_name(key):
                 out.secrets.update(candidate_values(raw))
         for entry in env.entries:
+            if is_secret_name(entry.key):  # HF_TOKEN in a config: unknown, and still never shown
+                out.secrets.update((entry.value, *candidate_values(entry.value)))
             if entry.key not in FIELDS:
                 out.unknown.append((entry, layer))
                 continue
             if layer not in key_layers(entry.key):
                 out.misplaced.append(Misplaced(entry, layer))
-            values[entry.key] = Value(entry.key, entry.value, layer, entry.where)
+                if is_strict(entry.key):
+                    continue  # who runs what (agent, image, network) is never taken from another layer
+            new = Value(entry.key, entry.value, layer, entry.where)
+            old = values[entry.key]
+            if old.layer is not Layer.DEFAULT and old.text != new.text:
+                out.overrides.append(Override(entry.key, old, new))
+            values[entry.key] = new
             literal.discard(entry.key)
             if entry.literal:
                 literal.add(entry.key)
@@ -285,7 +314,10 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     apply(run_file, Layer.RUN)
     for name in PROCESS_KEYS:
         if name in environ:
-            values[name] = Value(name, environ[name], Layer.PROCESS, "environment")
+            new = Value(name, environ[name], Layer.PROCESS, "environment")
+            if values[name].layer is not Layer.DEFAULT and values[name].text != new.text:
+                out.overrides.append(Override(name, values[name], new))
+            values[name] = new
             literal.add(name)  # the environment is taken as is, never expanded
 
     out.env_near_misses = _env_near_misses(environ)
@@ -295,14 +327,15 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     out.bad_keys |= {k for k in rejected if k in FIELDS and values[k].layer is Layer.DEFAULT}
     for name in SECRET_KEYS:
         out.secrets |= {values[name].text, out.values[name].text}
+    out.secrets |= environment_secrets(environ)  # HF_TOKEN, OPENAI_API_KEY, ... of the environment
     out.secrets.discard("")
+    remember(out.secrets, environ)  # every message of this process masks them from now on
     return out
 
 
 def masked(value: Value) -> str:
-    if value.secret and value.text:
-        return "****" + (value.text[-4:] if len(value.text) >= 12 else "")
-    return value.text
+    """A secret's value is never shown, not even in part: only that it is set."""
+    return MASK if value.secret and value.text else value.text
 
 
 def render_block(resolved: ResolvedConfig) -> str:
@@ -317,4 +350,4 @@ def render_block(resolved: ResolvedConfig) -> str:
         shown = clip(shown.encode("unicode_escape").decode("ascii") if not shown.isprintable() else shown, 120)
         origin = v.layer.value if v.layer is Layer.DEFAULT else f"{v.layer.value:<7} {v.where}"
         lines.append(f"  {name.ljust(width)} = {shown or '(empty)':<40} [{origin}]")
-    return mask_secrets("\n".join(lines), resolved)
+    return mask_secrets("\n".join(lines), resolved)  # a value that embeds a secret: masked here too

@@ -136,13 +136,17 @@ LOGGERS: tuple[str, ...] = ("console", "file", "wandb", "tensorboard", "mlflow",
 D, S, A, R, P = Layer.DEFAULT, Layer.SITE, Layer.AXIS, Layer.RUN, Layer.PROCESS
 
 
-def key(default: Any, doc: str, *layers: Layer, secret: bool = False, path: bool = False) -> Any:
-    """A schema field. `layers` are where the key may be set (the first is its home)."""
+def key(default: Any, doc: str, *layers: Layer, secret: bool = False, path: bool = False,
+        strict: bool = False) -> Any:
+    """A schema field. `layers` are where the key may be set (the first is its home). `strict`: the key
+    decides who runs what (the agent, the image, the network), so setting it in another layer is FATAL."""
     extra: dict[str, Any] = {"layers": [str(layer) for layer in layers]}
     if secret:
         extra["secret"] = True
     if path:
         extra["path"] = True
+    if strict:
+        extra["strict"] = True
     return Field(default=default, description=doc, json_schema_extra=extra)
 
 
@@ -154,8 +158,8 @@ class RunConfig(BaseModel):
     # --- identity and topology (run)
     PROJECT_NAME: str = key("", "Project name; names every artifact directory (logs/, checkpoints/, harbor_trials/).", R)
     EXP_NAME: str = key("", "Experiment name; pick it before launching, artifacts are keyed by it.", R)
-    SCAFFOLD: Scaffold = key(Scaffold.TERMINUS, "Agent scaffold: cc | ohsdk | oc | terminus.", R)
-    BACKEND: Backend = key(Backend.DOCKER, "Sandbox backend: k8s | docker.", R, S)
+    SCAFFOLD: Scaffold = key(Scaffold.TERMINUS, "Agent scaffold: cc | ohsdk | oc | terminus.", R, strict=True)
+    BACKEND: Backend = key(Backend.DOCKER, "Sandbox backend: k8s | docker.", R, S, strict=True)
     TRAINING_MODE: TrainingMode = key(TrainingMode.SYNC, "sync colocates rollout and training; async separates them.", R)
     MODEL_ENGINE: ModelEngine = key(ModelEngine.FSDP, "Training engine: veomni for MoE models, fsdp for dense.", R)
     ALGORITHM: Algorithm = key(Algorithm.GRPO, "RL algorithm: ppo | grpo | gspo.", R)
@@ -213,26 +217,26 @@ class RunConfig(BaseModel):
     RAY_HEAD_ADDRESS: str = key("", "IP of the Ray head; the node with this local IP is rank 0 (empty: this node).", S)
     RAY_PORT: int = key(6379, "Ray GCS port on the head node.", S)
     GPUS_PER_NODE: int = key(8, "GPUs on every node.", S, R)
-    REGISTRY: str = key("", "Container registry the sandbox images are pulled from (empty: local images).", S)
-    K8S_NAMESPACE: str = key("default", "Kubernetes namespace for sandbox pods (BACKEND=k8s).", S)
-    KUBECONFIG: str = key("~/.kube/config", "Kube config file (BACKEND=k8s).", S, P, path=True)
-    DOCKER_HOST: str = key("unix:///var/run/docker.sock", "Docker daemon address (BACKEND=docker).", S, P)
+    REGISTRY: str = key("", "Container registry the sandbox images are pulled from (empty: local images).", S, strict=True)
+    K8S_NAMESPACE: str = key("default", "Kubernetes namespace for sandbox pods (BACKEND=k8s).", S, strict=True)
+    KUBECONFIG: str = key("~/.kube/config", "Kube config file (BACKEND=k8s).", S, P, path=True, strict=True)
+    DOCKER_HOST: str = key("unix:///var/run/docker.sock", "Docker daemon address (BACKEND=docker).", S, P, strict=True)
     SHARED_DIR: str = key("", "Filesystem shared by all nodes (empty: single node).", S, path=True)
     NODE_IP: str = key("", "This node's address (empty: detected from its interfaces); a node whose address "
                            "is RAY_HEAD_ADDRESS is rank 0.", S, P)
     PROXY_HOST: str = key("", "Address the proxy listens on, reachable by the sandboxes (empty: loopback for "
                               "docker sandboxes, the node's address for k8s pods). Never 0.0.0.0 by default: "
-                              "the proxy serves the policy to anyone who reaches it.", S)
+                              "the proxy serves the policy to anyone who reaches it.", S, strict=True)
     NODE_WAIT_S: int = key(600, "Rank 0 waits this long for NNODES Ray nodes and their GPUs.", S)
     REPLICA_WAIT_S: int = key(3600, "Rank 0 waits this long for verl's vLLM replicas (CUDA-graph capture takes "
                                     "10-20 minutes on big models).", S)
     PROXY_PORT: int = key(DEFAULT_PROXY_PORT, "Port of the token-recording proxy in front of vLLM.", S)
     DASHBOARD_PORT: int = key(8090, "Port of the monitoring dashboard.", S)
     # --- axis modules (composed from scripts/templates at launch)
-    HARBOR_AGENT: str = key("terminus-2", "harbor agent the scaffold runs (set by scaffold/<SCAFFOLD>.env).", A)
-    AGENT_API: AgentApi = key(AgentApi.OPENAI, "API dialect the scaffold speaks to the proxy (scaffold axis).", A)
+    HARBOR_AGENT: str = key("terminus-2", "harbor agent the scaffold runs (set by scaffold/<SCAFFOLD>.env).", A, strict=True)
+    AGENT_API: AgentApi = key(AgentApi.OPENAI, "API dialect the scaffold speaks to the proxy (scaffold axis).", A, strict=True)
     SANDBOX_NETWORK: str = key("none", "Sandbox network: none | bridge | a docker network / k8s policy name "
-                                       "(backend axis).", A, R, S)
+                                       "(backend axis).", A, R, S, strict=True)
     MAX_SANDBOXES: int = key(4, "Concurrent sandboxes per node (backend axis).", A, R, S)
     VERL_TRAINER_MODE: VerlTrainerMode = key(VerlTrainerMode.SYNC, "verl V1 trainer_mode (mode axis): sync | "
                                                                    "colocate_async | separate_async.", A, R)
@@ -285,6 +289,12 @@ def home_layer(name: str) -> Layer:
 def is_secret(name: str) -> bool:
     extra = FIELDS[name].json_schema_extra
     return bool(isinstance(extra, dict) and extra.get("secret"))
+
+
+def is_strict(name: str) -> bool:
+    """Does the key decide who runs what (the agent, the image, the network)? Then only its layers may set it."""
+    extra = FIELDS[name].json_schema_extra
+    return bool(isinstance(extra, dict) and extra.get("strict"))
 
 
 def is_path(name: str) -> bool:

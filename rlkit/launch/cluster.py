@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.config.secrets import mask_secrets
-from rlkit.errors import LaunchError
+from rlkit.errors import LaunchError, UserError
 from rlkit.launch.lock import RunLock
 from rlkit.launch.plan import Command, LaunchPlan
 
@@ -47,9 +47,19 @@ class Waits:
 
 
 def write_files(plan: LaunchPlan) -> None:
+    """The plan's files, each written whole to a new file and moved into place (whatever was at the path,
+    a FIFO included, is replaced, never opened); a path that cannot be written is a UserError naming it."""
+    import tempfile
+
     for path, text in plan.files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+                tmp.write(text)
+            os.replace(tmp.name, path)
+        except OSError as exc:
+            raise UserError(f"cannot write {path} ({exc.strerror or type(exc).__name__})", key="OUTPUT_DIR",
+                            fix="set OUTPUT_DIR to a directory this user can write") from None
 
 
 def _env(command: Command, extra: dict[str, str] | None = None) -> dict[str, str]:

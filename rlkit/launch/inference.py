@@ -18,7 +18,6 @@ proxy's to logs/<exp>_proxy.log.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -108,13 +107,14 @@ class InferenceConfig(BaseModel):
 
 
 def model_context_window(model_path: str | Path) -> int | None:
-    """`max_position_embeddings` of an HF model directory (None when unknown)."""
+    """The model's window, read as preflight reads it (rlkit.config.model_files); None when unknown
+    or unreadable (preflight has named the file by then)."""
+    from rlkit.config.model_files import FileReadError, model_window
+
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
+        return model_window(model_path)
+    except FileReadError:
         return None
-    value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
-    return int(value) if value else None
 
 
 class Inference:

@@ -81,12 +81,14 @@ def vllm_python(explicit: str | None = None) -> Path:
 
 def log_tail(path: Path, lines: int = 25) -> str:
     """The last lines of a log, for error messages (empty when the log is missing)."""
+    from rlkit.config.files import FileReadError, open_regular
+
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 16_384))
             text = f.read().decode(errors="replace")
-    except OSError:
+    except (OSError, FileReadError):
         return ""
     return "\n".join(text.splitlines()[-lines:])
 

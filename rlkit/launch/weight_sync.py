@@ -24,7 +24,6 @@ prefix cache, so the probe checks the weights only.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from pydantic import BaseModel
 
 from rlkit.errors import LaunchError
 from rlkit.launch._http import HttpStatusError, get_json, post_json
-
 
 # The server must sit this much closer to the new weights' logprobs than the old weights' do.
 CLOSER = 0.1
@@ -144,11 +142,12 @@ RELOAD_REPACKED = "reload_weights_repacked"
 
 def ties_embeddings(model_path: str | Path) -> bool:
     """Does the HF model share its input embedding with the output layer?"""
+    from rlkit.config.model_files import FileReadError, read_model_config
+
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
+        return read_model_config(model_path).ties_embeddings
+    except FileReadError:
         return False
-    return bool(config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False)))
 
 
 def reload_in_place(vllm_url: str, weights_path: str, *, method: str = RELOAD,

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, open_regular
 from rlkit.config.paths import RunPaths
 from rlkit.monitor.tail import LineTail, lines_from_end, lines_from_start
 
@@ -66,7 +67,9 @@ def parse_jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
         record = json.loads(line)
         step = int(record["step"])
         raw = record.get("data") or {}
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(raw, dict):
+            return None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # a torn line of a killed run, or not a record
     data = {}
     for key, value in raw.items():
@@ -188,8 +191,8 @@ def _step_lines(block: bytes) -> list[str]:
 def step_lines_from_end(path: Path, max_bytes: int, chunk: int = 1 << 20) -> Iterable[str]:
     """Lines holding `step:N - `, last first: blocks are searched as bytes, so noise lines cost no decoding."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally
-    except OSError:
+        f = open_regular(path)  # closed in finally; a FIFO or a device never blocks a reader
+    except FileReadError:
         return
     try:
         pos = f.seek(0, 2)

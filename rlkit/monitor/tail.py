@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, open_regular
+
 CHUNK = 1 << 20
 
 
@@ -32,7 +34,11 @@ class LineTail:
         self._inode = st.st_ino
         if st.st_size == self.offset:
             return []
-        with open(self.path, "rb") as f:
+        try:
+            f = open_regular(self.path)  # a FIFO or a device named like a log never blocks a reader
+        except FileReadError:
+            return []
+        with f:
             f.seek(self.offset)
             data = f.read(max_bytes if max_bytes is not None else st.st_size - self.offset)
         end = data.rfind(b"\n")
@@ -45,8 +51,8 @@ class LineTail:
 def lines_from_end(path: Path, chunk: int = 64 * 1024) -> Iterator[str]:
     """Lines of a file from the last one backwards, reading only as much of the end as asked for."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally; the generator may stop early
-    except OSError:
+        f = open_regular(path)  # closed in finally; the generator may stop early
+    except FileReadError:
         return
     try:
         pos = f.seek(0, os.SEEK_END)
@@ -70,8 +76,8 @@ def lines_from_end(path: Path, chunk: int = 64 * 1024) -> Iterator[str]:
 def lines_from_start(path: Path, max_bytes: int = 64 * CHUNK) -> Iterator[str]:
     """Lines from the beginning, at most `max_bytes` read (a bounded look for the first records)."""
     try:
-        f = open(path, "rb")  # noqa: SIM115
-    except OSError:
+        f = open_regular(path)
+    except FileReadError:
         return
     try:
         read = 0

@@ -12,17 +12,18 @@ one plain name per level, resolved inside the run's folder.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from rlkit.config import files
 from rlkit.errors import UserError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$")
 STEP_RE = re.compile(r"^step_(\d+)$")
 BULKY_METRICS = ("prompt_token_ids", "completion_token_ids", "logprobs", "response_ids", "response_logprobs")
 TEXT_LIMIT = 200_000
+JSON_LIMIT = 256 * 2**20  # a long trial's trajectory.json
 
 
 class PathRefused(UserError):
@@ -42,17 +43,18 @@ def safe_child(root: Path, *names: str) -> Path:
 
 
 def read_json(path: Path) -> Any:
+    """A run's JSON file (rlkit.config.files: a regular file, bounded); None when it cannot be read."""
     try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        return files.read_json(path, max_bytes=JSON_LIMIT)
+    except files.FileReadError:
         return None
 
 
 def read_text(path: Path, limit: int = TEXT_LIMIT) -> str | None:
     try:
-        with open(path, "rb") as f:
+        with files.open_regular(path) as f:
             data = f.read(limit + 1)
-    except OSError:
+    except (OSError, files.FileReadError):
         return None
     text = data[:limit].decode("utf-8", "replace")
     return text + "\n… (cut)" if len(data) > limit else text

@@ -11,13 +11,14 @@ resume reads) is kept whole unless asked. No torch here: files only.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, read_int
+from rlkit.config.model_files import read_world_size
 from rlkit.errors import UserError
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -38,8 +39,8 @@ def steps(root: Path) -> dict[int, Path]:
 def latest_step(root: Path) -> int | None:
     """The tracker's step (what a resume reads), else the highest global_step_N."""
     try:
-        return int((root / TRACKER).read_text().strip())
-    except (OSError, ValueError):
+        return read_int(root / TRACKER)
+    except FileReadError:
         found = steps(root)
         return max(found) if found else None
 
@@ -65,9 +66,9 @@ def actor_dir(path: Path) -> Path:
 def _validate_actor(actor: Path) -> None:
     fix = "pick a checkpoint that finished saving (its step is in latest_checkpointed_iteration.txt)"
     try:
-        world = int(json.loads((actor / "fsdp_config.json").read_text())["world_size"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{actor}: no readable fsdp_config.json ({type(exc).__name__})", fix=fix) from exc
+        world = read_world_size(actor)
+    except FileReadError as exc:
+        raise UserError(f"{actor}: no readable fsdp_config.json ({exc.reason})", fix=fix) from None
     missing = [f"model_world_size_{world}_rank_{r}.pt" for r in range(world)
                if not (actor / f"model_world_size_{world}_rank_{r}.pt").is_file()]
     if missing:

@@ -14,7 +14,12 @@ Prints one JSON verdict per (model, parser) pair on stdout, one per line:
 
     {"parser": NAME, "ok": bool, "detail": str, "parses": [names that parse it], "completion": str}
 
-Usage: python -m rlkit.proxy.parsers [--full] MODEL_DIR PARSER [MODEL_DIR PARSER ...]
+A chat template is code: one that loops would hold the probe for minutes (the template
+sandbox stops it being dangerous, not being slow). In the probe's own process the render has a
+time budget (`--budget-s`, RENDER_BUDGET_S by default); past it the verdict says so
+(`"timed_out": true`) instead of waiting.
+
+Usage: python -m rlkit.proxy.parsers [--full] [--budget-s=S] MODEL_DIR PARSER [MODEL_DIR PARSER ...]
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 
 PROBE_TOOL = {
     "type": "function",
@@ -38,6 +45,29 @@ PROBE_TOOL = {
     },
 }
 PROBE_ARGS = {"command": "ls -la /tmp", "timeout": 30}
+RENDER_BUDGET_S = 20.0  # seconds for the two renders; a real template takes milliseconds
+
+
+class TemplateBudgetExceeded(Exception):
+    """The chat template did not finish rendering within its time budget."""
+
+
+def render_within(tokenizer, budget_s: float | None) -> str:
+    """render_completion, stopped after `budget_s` seconds (a SIGALRM timer: only the main thread of a
+    process can take one; elsewhere the render is not bounded)."""
+    if not budget_s or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return render_completion(tokenizer)
+
+    def stop(signum: int, frame: object) -> None:
+        raise TemplateBudgetExceeded
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, budget_s)
+    try:
+        return render_completion(tokenizer)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def render_completion(tokenizer) -> str:
@@ -86,12 +116,17 @@ async def parses(parser_name: str, tokenizer, ids: list[int]) -> tuple[bool, str
     return True, "round-trips"
 
 
-async def probe_tokenizer(tokenizer, parser_name: str) -> dict:
+async def probe_tokenizer(tokenizer, parser_name: str, budget_s: float | None = None) -> dict:
     """The verdict for one tokenizer (chat template) and parser; every verl parser is tried
     so a mismatch can name the one that does parse. Shared by preflight and the proxy."""
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
-    completion = render_completion(tokenizer)
+    try:
+        completion = render_within(tokenizer, budget_s)
+    except TemplateBudgetExceeded:
+        return {"parser": parser_name, "ok": False, "parses": [], "completion": "", "timed_out": True,
+                "budget_s": budget_s, "detail": f"the chat template did not finish rendering within its "
+                                                f"{budget_s:g} s budget (a loop in the template?)"}
     if "run_shell" not in completion:
         return {"parser": parser_name, "ok": False, "parses": [], "completion": completion,
                 "detail": "the chat template does not render assistant tool calls"}
@@ -117,23 +152,27 @@ def describe(verdict: dict) -> str:
     return f"parser {name!r} cannot read the chat template's tool-call format ({verdict['detail']}){hint}"
 
 
-async def probe(model_dir: str, parser_name: str, *, full: bool = False) -> dict:
+async def probe(model_dir: str, parser_name: str, budget_s: float | None = None, *, full: bool = False) -> dict:
     if not full:
         from rlkit.proxy._light_probe import NeedsTransformers, light_tokenizer
 
         try:
-            return await probe_tokenizer(light_tokenizer(model_dir), parser_name)
+            return await probe_tokenizer(light_tokenizer(model_dir), parser_name, budget_s)
         except NeedsTransformers as exc:
             print(f"{model_dir}: transformers' tokenizer ({exc})", file=sys.stderr)
     from transformers import AutoTokenizer
 
-    return await probe_tokenizer(AutoTokenizer.from_pretrained(model_dir), parser_name)
+    return await probe_tokenizer(AutoTokenizer.from_pretrained(model_dir), parser_name, budget_s)
 
 
 def main(argv: list[str]) -> int:
-    full = argv[:1] == ["--full"]
-    pairs = argv[1:] if full else argv
-    if not pairs or len(pairs) % 2:
+    full = "--full" in argv[:2]
+    argv = [a for a in argv if a != "--full"] if full else argv
+    budget_s = RENDER_BUDGET_S
+    if argv and argv[0].startswith("--budget-s="):
+        budget_s = float(argv[0].split("=", 1)[1])
+        argv = argv[1:]
+    if not argv or len(argv) % 2:
         print(__doc__, file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -141,8 +180,8 @@ def main(argv: list[str]) -> int:
         from rlkit.proxy._light_probe import load_verl_tool_parsers
 
         load_verl_tool_parsers()  # the probe's `from verl... import` statements then find it loaded
-    for model_dir, parser in zip(pairs[::2], pairs[1::2], strict=True):
-        print(json.dumps(asyncio.run(probe(model_dir, parser, full=full))), flush=True)
+    for model_dir, parser in zip(argv[::2], argv[1::2], strict=True):
+        print(json.dumps(asyncio.run(probe(model_dir, parser, budget_s, full=full))), flush=True)
     return 0
 
 

@@ -137,16 +137,16 @@ class RolloutEngine:
         session = base
         outcome = None
         try:
-            for attempt in range(1, self.config.max_attempts + 1):
-                session = base if attempt == 1 else f"{base}-r{attempt}"
+            for tries in range(1, self.config.max_attempts + 1):
+                session = base if tries == 1 else f"{base}-r{tries}"
                 async with self._gate():
                     outcome, record = await self._attempt(row, session, step, sample_seed)
                 if not (outcome.reason is Outcome.SANDBOX_ERROR and retryable(outcome.exception_type)):
                     break
-                if attempt < self.config.max_attempts:
+                if tries < self.config.max_attempts:
                     _log.warning("trial %s: %s (%s), retrying", session, outcome.reason, outcome.exception_type)
-                    await asyncio.sleep(RETRY_BACKOFF_S * attempt)
-            return self._record(row, uid, outcome, record, attempt)
+                    await asyncio.sleep(RETRY_BACKOFF_S * tries)
+            return self._record(row, uid, outcome, record, tries)
         except Exception as exc:  # noqa: BLE001 — one trial never sinks a step
             _log.exception("trial %s failed inside rlkit", session)
             return TrialRecord(uid=uid, task_id=row.task_id, session=session, outcome=Outcome.ERROR, reward=0.0,

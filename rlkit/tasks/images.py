@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, read_text
 from rlkit.errors import UserError
 
 TASK_IMAGE_REPO = "rlkit-task"
@@ -62,12 +63,15 @@ def read_task_spec(task_dir: Path, task_id: str | None = None, registry: str | N
     data: dict = {}
     if config_path.is_file():
         try:
-            data = tomllib.loads(config_path.read_text())
+            data = tomllib.loads(read_text(config_path, max_bytes=2**20))
+        except FileReadError as exc:
+            raise UserError(f"cannot read {exc.message}", file=exc.file, fix=exc.fix or "save it as UTF-8") from None
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"cannot parse {config_path}: {exc}", file=str(config_path),
                             fix="fix the TOML syntax") from exc
-    name = task_id or (data.get("task") or {}).get("name") or task_dir.name
-    prebuilt = (data.get("environment") or {}).get("docker_image")
+    task, environment = data.get("task"), data.get("environment")
+    name = task_id or (task.get("name") if isinstance(task, dict) else None) or task_dir.name
+    prebuilt = environment.get("docker_image") if isinstance(environment, dict) else None
     return TaskImageSpec(task_id=name, task_dir=task_dir, image=prebuilt or task_image_ref(name, registry),
                          prebuilt=bool(prebuilt))
 

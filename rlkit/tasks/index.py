@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlkit.config.files import FileReadError, open_regular
 from rlkit.errors import UserError
 from rlkit.tasks.images import task_image_ref
 from rlkit.tasks.schema import AGENT_LOOP_NAME, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
@@ -148,11 +149,14 @@ def load_index(path: str | Path) -> list[IndexRow]:
     import pyarrow.parquet as pq
 
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise UserError(f"task index {file} does not exist", file=str(file),
-                        fix="build one: rlkit index build TASKS_DIR -o FILE.parquet")
     try:
-        table = pq.read_table(file)
+        handle = open_regular(file)  # a FIFO or a device never reaches pyarrow
+    except FileReadError as exc:
+        raise UserError(f"task index {exc.message}", file=str(file),
+                        fix="build one: rlkit index build TASKS_DIR -o FILE.parquet") from None
+    try:
+        with handle:
+            table = pq.read_table(handle)
     except Exception as exc:  # pyarrow raises several unrelated types for a bad file
         raise UserError(f"task index {file} is not a readable parquet file: {exc}", file=str(file),
                         fix="rebuild it with rlkit index build") from exc

@@ -9,6 +9,10 @@ column list is declared once.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
 # name -> one-line description. Required in every index.
 POINTER_COLUMNS: dict[str, str] = {
     "task_id": "unique task instance id (harbor task name)",
@@ -31,6 +35,16 @@ CHECK_COLUMNS: dict[str, str] = {
 # Footer key-value metadata `rlkit tasks check --write-index` leaves: JSON {"checked": N,
 # "broken": {task_id: reason}}; preflight reads it from the footer, without loading rows.
 TASK_CHECK_KEY = "rlkit.task_check"
+
+
+class TaskCheckVerdict(BaseModel):
+    """The TASK_CHECK_KEY metadata: how many tasks `rlkit tasks check` ran, and the broken ones' reasons."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
+
+    checked: Annotated[StrictInt, Field(ge=0)] = 0
+    broken: dict[Annotated[str, Field(max_length=1024)], Annotated[StrictStr, Field(max_length=65536)]] = Field(
+        default_factory=dict)
 # Required by verl's RLHFDataset + agent loop.
 VERL_COLUMNS: dict[str, str] = {
     "data_source": "dataset name verl groups metrics by (val-core/<data_source>/...)",

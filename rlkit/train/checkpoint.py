@@ -22,6 +22,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlkit.config.files import FileReadError, read_int
+from rlkit.config.model_files import read_world_size
+
 if TYPE_CHECKING:
     from rlkit.train.policy import PolicyUpdater
 
@@ -75,11 +78,9 @@ def latest_checkpoint(root: str | Path) -> tuple[int, Path] | None:
     """(step, global_step_N dir) named by the tracker file, if it and its actor shards exist."""
     root = Path(root)
     tracker = root / TRACKER
-    if not tracker.is_file():
-        return None
     try:
-        step = int(tracker.read_text().strip())
-    except ValueError:
+        step = read_int(tracker)
+    except FileReadError:  # absent, or not a step number
         return None
     path = root / f"global_step_{step}"
     if not (path / "actor" / "fsdp_config.json").is_file():
@@ -93,7 +94,7 @@ def load_checkpoint(path: str | Path, updater: PolicyUpdater) -> dict[str, Any]:
 
     path = Path(path)
     actor = path / "actor"
-    saved_ws = json.loads((actor / "fsdp_config.json").read_text())["world_size"]
+    saved_ws = read_world_size(actor)
     if saved_ws != updater.world_size:
         raise ValueError(f"checkpoint {path} was written by {saved_ws} ranks, this run has {updater.world_size}; "
                          f"merge it (python -m verl.model_merger) and start from the merged model instead")

@@ -58,9 +58,9 @@ def tracking_config(resolved: ResolvedConfig) -> dict[str, str]:
 def secrets_masked_in_logs(resolved: ResolvedConfig) -> Iterator[None]:
     """Every root-logger handler masks the run's secret values while the run lasts (a filter on the
     logger itself would miss the records that child loggers propagate)."""
-    from rlkit.config.secrets import SecretFilter
+    from rlkit.config.display import CleanFilter
 
-    secret_filter = SecretFilter(resolved.secrets)
+    secret_filter = CleanFilter(resolved.secrets)
     handlers = list(logging.getLogger().handlers)
     for handler in handlers:
         handler.addFilter(secret_filter)
@@ -74,9 +74,11 @@ def secrets_masked_in_logs(resolved: ResolvedConfig) -> Iterator[None]:
 def latest_step(checkpoints: Path) -> int:
     """verl's `latest_checkpointed_iteration.txt` (0 when there is none)."""
     marker = checkpoints / "latest_checkpointed_iteration.txt"
+    from rlkit.config.files import FileReadError, read_int
+
     try:
-        return int(marker.read_text().strip())
-    except (OSError, ValueError):
+        return read_int(marker)
+    except FileReadError:
         return 0
 
 

@@ -14,7 +14,10 @@ class StepProgress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = console or Console()
+        from rlkit.config.display import styled_output
+
+        # rich draws with escape sequences: the styled stream keeps its own, escapes any other
+        self.console = console or Console(file=styled_output())
         self._progress = Progress(TextColumn("[bold]{task.fields[step]}[/]"), TextColumn("{task.fields[phase]}"),
                                   BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
                                   TimeElapsedColumn(), console=self.console, transient=False)

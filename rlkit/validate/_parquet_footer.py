@@ -12,9 +12,9 @@ is bounded and the schema tree is walked without recursion, so a truncated, host
 
 from __future__ import annotations
 
-import os
-import stat
 import struct
+
+from rlkit.config.files import FileReadError, open_regular
 
 MAGIC = b"PAR1"
 MAX_FOOTER = 64 * 2**20
@@ -178,9 +178,13 @@ def read_key_values(path: str) -> dict[str, str]:
 
 
 def _footer_reader(path: str) -> _Reader:
-    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
-        raise ParquetFooterError("not a regular file")
-    with open(path, "rb") as f:
+    try:
+        f = open_regular(path)  # a FIFO would block a plain open, a device never end
+    except FileReadError as exc:
+        if exc.errno is not None:
+            raise OSError(exc.errno, exc.reason) from None  # missing, no permission: the caller's OSError path
+        raise ParquetFooterError(exc.reason) from None
+    with f:
         f.seek(0, 2)
         size = f.tell()
         if size < 12:

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 
 from rlkit.config import owner as O
+from rlkit.config.files import FileReadError
 from rlkit.config.paths import RunPaths
 from rlkit.validate.findings import Check, Context, Finding, Phase, fatal, ok, skip, warn
 from rlkit.validate.system import output_root
@@ -37,7 +38,13 @@ def run_in_flight(ctx: Context) -> list[Finding]:
     c = ctx.resolved.config
     out: list[Finding] = []
     paths = RunPaths(output_root(ctx), c.PROJECT_NAME or "default", c.EXP_NAME or "default")
-    lock = O.read_lock(paths.lock)
+    try:
+        lock = O.load_lock(paths.lock)
+    except FileReadError as exc:  # a FIFO, a link to a device, deep JSON: not a lock, and never read as one
+        out.append(warn("run_in_flight", f"the run lock {exc.message}; whether {c.EXP_NAME} is in flight is not "
+                        "known from it", exc.fix or "delete it if no run of this experiment is in flight",
+                        key="EXP_NAME", where=exc.file))
+        lock = None
     if lock is not None and not O.lock_is_stale(lock):
         out.append(fatal("run_in_flight", f"{c.EXP_NAME} is already running: {_describe_lock(lock)}",
                          f"follow it with `rlkit status {paths.root}`; stop it (kill {lock.get('pid')}) or pick "

@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlkit.config.files import clip
+from rlkit.config.display import clean
 from rlkit.registry import Registry
 
 if TYPE_CHECKING:
@@ -46,10 +46,11 @@ class Finding:
     where: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "message", clip(self.message, MESSAGE_MAX))
-        object.__setattr__(self, "fix", clip(self.fix, MESSAGE_MAX))
+        # The one cleaning (rlkit.config.display): secrets masked, controls escaped, then clipped.
+        object.__setattr__(self, "message", clean(self.message, limit=MESSAGE_MAX, keep=""))
+        object.__setattr__(self, "fix", clean(self.fix, limit=MESSAGE_MAX, keep=""))
         if self.where:
-            object.__setattr__(self, "where", clip(self.where, 200))
+            object.__setattr__(self, "where", clean(self.where, limit=200, keep=""))
 
     def render(self) -> str:
         head = f"{MARKS[self.status]} {self.check}: {self.message}"
@@ -95,10 +96,14 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("config_syntax", Phase.STATIC, "config files parse", "rlkit.validate.static:config_syntax"),
     ("changeme", Phase.STATIC, "no CHANGEME left", "rlkit.validate.static:changeme"),
     ("unknown_key", Phase.STATIC, "every key is known", "rlkit.validate.static:unknown_key"),
-    ("key_layer", Phase.STATIC, "keys set in their own layer", "rlkit.validate.static:key_layer"),
+    ("key_layer", Phase.STATIC, "keys set in their own layer (FATAL for who runs what: agent, image, network)",
+     "rlkit.validate.static:key_layer"),
+    ("overrides", Phase.STATIC, "every value a later layer replaces is said", "rlkit.validate.static:overrides"),
     ("types", Phase.STATIC, "values have the declared types", "rlkit.validate.static:types"),
     ("logger", Phase.STATIC, "loggers are known and have their credentials", "rlkit.validate.static:logger"),
     ("names", Phase.STATIC, "PROJECT_NAME / EXP_NAME are safe path names", "rlkit.validate.static:names"),
+    ("output_dir", Phase.STATIC, "OUTPUT_DIR does not climb out with '..'", "rlkit.validate.static:output_dir"),
+    ("secret_spread", Phase.STATIC, "secret values stay in their own keys", "rlkit.validate.static:secret_spread"),
     ("topology", Phase.STATIC, "NNODES = N_NODES_TRAIN + N_NODES_ROLLOUT", "rlkit.validate.static:topology"),
     ("parallelism", Phase.STATIC, "SP_SIZE and ROLLOUT_TP divide their worlds", "rlkit.validate.static:parallelism"),
     ("batch", Phase.STATIC, "batch arithmetic", "rlkit.validate.static:batch"),
@@ -113,6 +118,7 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("data_files", Phase.WORLD, "TRAIN_FILES / VAL_FILES are task indexes", "rlkit.validate.data:data_files"),
     ("artifacts", Phase.WORLD, "existing artifacts: resume or clobber", "rlkit.validate.system:artifacts"),
     ("backend", Phase.WORLD, "sandbox backend reachable", "rlkit.validate.system:backend"),
+    ("capacity", Phase.WORLD, "MAX_SANDBOXES fits this machine's CPUs (docker)", "rlkit.validate.system:capacity"),
     ("ports", Phase.WORLD, "ports free (proxy, dashboard, Ray)", "rlkit.validate.system:ports"),
     ("disk", Phase.WORLD, "disk room for checkpoints", "rlkit.validate.system:disk"),
     ("local_trainer", Phase.WORLD, "TRAINER=local: CPU-sized policy, vLLM venv",

@@ -12,6 +12,7 @@ import os
 import struct
 from pathlib import Path
 
+from rlkit.config.files import FileReadError, open_regular
 from rlkit.config.schema import Trainer
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
@@ -28,9 +29,11 @@ HEADER_MAX = 100 * 2**20  # safetensors caps its JSON header at 100 MB
 def safetensors_params(path: Path) -> int:
     """Parameter count from a .safetensors header (8-byte length + JSON); reads no tensor data.
     A malformed header is a ValueError (the caller falls back to the weight bytes)."""
-    if not path.is_file():  # a FIFO named *.safetensors would block the open
-        raise ValueError(f"{path} is not a regular file")
-    with path.open("rb") as f:
+    try:
+        f = open_regular(path)  # a FIFO named *.safetensors would block a plain open
+    except FileReadError as exc:
+        raise ValueError(exc.message) from None
+    with f:
         (size,) = struct.unpack("<Q", f.read(8))
         if size > HEADER_MAX:
             raise ValueError(f"{path}: header of {size} bytes")

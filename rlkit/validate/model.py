@@ -1,8 +1,10 @@
 """Checks on the policy checkpoint: a model directory, its context and its architecture.
 
-Only small JSON files are read (config.json, tokenizer_config.json); no weights, no
-tokenizer library. Any malformed file (not UTF-8, not JSON, the wrong shape, unreadable)
-is a ModelDirError naming the file and what is wrong, which model_dir reports as FATAL.
+Only small JSON files are read (config.json, tokenizer_config.json), through the typed readers
+of `rlkit.config.model_files` (the ones DRY_RUN and the trainers use); no weights, no tokenizer
+library. Any malformed file (not a regular file, too big, not UTF-8, not JSON, nested too deeply,
+a field of the wrong type or out of range) is a ModelDirError naming the file and what is
+wrong, which model_dir reports as FATAL.
 """
 
 from __future__ import annotations
@@ -10,41 +12,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlkit.config.files import FileReadError, exists, is_dir, is_file, read_json, read_text
+from rlkit.config.files import FileReadError, exists, is_dir, is_file, present, read_text
+from rlkit.config.model_files import RESAVE, ModelConfig, read_model_config, read_tokenizer_config
 from rlkit.config.schema import ModelEngine
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
-MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "max_seq_len")
+CHAT_TEMPLATE_MAX_BYTES = 2**20  # real templates are a few KiB
 
 
 @dataclass
 class ModelInfo:
     path: Path
-    config: dict
+    model: ModelConfig
     chat_template: str | None
     tokenizer_file: Path | None
     weight_bytes: int
 
-    def text_config(self) -> dict:
-        """Multimodal configs nest the language model's settings."""
-        nested = self.config.get("text_config") or self.config.get("language_config") or {}
-        return {**self.config, **nested} if isinstance(nested, dict) else self.config
+    @property
+    def config(self) -> dict:
+        """config.json as a dict, with the dtype the language model declares."""
+        return {**self.model.model_dump(exclude_none=True), "torch_dtype": self.model.dtype_name}
 
     @property
     def context(self) -> int | None:
-        cfg = self.text_config()
-        for k in CONTEXT_KEYS:
-            if isinstance(cfg.get(k), int) and not isinstance(cfg[k], bool):
-                return cfg[k]
-        return None
+        return self.model.window
 
     @property
     def experts(self) -> int:
-        cfg = self.text_config()
-        return max([int(cfg[k]) for k in MOE_KEYS if isinstance(cfg.get(k), int)] or [0])
+        return self.model.experts
 
 
 class ModelDirError(Exception):
@@ -53,45 +50,20 @@ class ModelDirError(Exception):
         self.message, self.fix = message, fix
 
 
-RESAVE = "re-save the checkpoint's files from the base model (or re-download them)"
-
-
-def _json_object(path: Path) -> dict:
-    try:
-        data = read_json(path)
-    except FileReadError as exc:
-        raise ModelDirError(exc.message, RESAVE) from None
-    if not isinstance(data, dict):
-        raise ModelDirError(f"{path} is not a JSON object (it holds a {type(data).__name__})", RESAVE)
-    return data
-
-
 def read_chat_template(path: Path) -> str | None:
     """Where transformers looks: chat_template.jinja, chat_template.json, tokenizer_config.json.
     None when there is none; ModelDirError when a file that holds one is malformed."""
     jinja = path / "chat_template.jinja"
-    if is_file(jinja):
-        try:
-            return read_text(jinja)
-        except FileReadError as exc:
-            raise ModelDirError(exc.message, RESAVE) from None
-    for name in ("chat_template.json", "tokenizer_config.json"):
-        f = path / name
-        if not is_file(f):
-            continue
-        template = _json_object(f).get("chat_template")
-        if template is None:
-            continue
-        if isinstance(template, list):  # named templates: [{name, template}]
-            if not all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template):
-                raise ModelDirError(f"{f}: chat_template is a list whose entries are not all "
-                                    "{name, template} objects with a string template", RESAVE)
-            template = next((t["template"] for t in template if t.get("name") == "default"), None)
-            if template is None:
-                continue
-        if not isinstance(template, str):
-            raise ModelDirError(f"{f}: chat_template is a {type(template).__name__}, not a string", RESAVE)
-        return template
+    try:
+        if present(jinja):
+            return read_text(jinja, max_bytes=CHAT_TEMPLATE_MAX_BYTES)
+        for name in ("chat_template.json", "tokenizer_config.json"):
+            if present(path / name):
+                template = read_tokenizer_config(path / name).template()
+                if template is not None:
+                    return template
+    except FileReadError as exc:
+        raise ModelDirError(exc.message, exc.fix or RESAVE) from None
     return None
 
 
@@ -102,10 +74,13 @@ def load_model_info(path: Path) -> ModelInfo:
     if not is_dir(path):
         raise ModelDirError(f"MODEL_PATH {path} is not a directory", "point MODEL_PATH at the checkpoint directory")
     cfg_file = path / "config.json"
-    if not exists(cfg_file):
+    if not present(cfg_file):
         raise ModelDirError(f"{path} has no config.json", "use a HuggingFace-format checkpoint (merge verl shards "
                             "with `python -m verl.model_merger merge`)")
-    config = _json_object(cfg_file)
+    try:
+        config = read_model_config(path)
+    except FileReadError as exc:
+        raise ModelDirError(exc.message, exc.fix or RESAVE) from None
     tokenizer = next((path / n for n in TOKENIZER_FILES if is_file(path / n)), None)
     try:
         weights = sum(f.stat().st_size for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and is_file(f))
@@ -148,7 +123,7 @@ def model_dir(ctx: Context) -> list[Finding]:
     if info.weight_bytes == 0:
         out.append(warn("model_dir", f"{info.path} holds no weight files", "check that the checkpoint was fully "
                         "copied (*.safetensors)", key="MODEL_PATH", where=where))
-    return out or [ok("model_dir", f"{info.path} ({info.config.get('model_type', '?')}, "
+    return out or [ok("model_dir", f"{info.path} ({info.model.lm().model_type or info.model.model_type or '?'}, "
                    f"{info.weight_bytes / 2**20:.1f} MiB of weights)")]
 
 
@@ -161,11 +136,16 @@ def context_length(ctx: Context) -> list[Finding]:
     if info.context is None:
         return [warn("context_length", "config.json declares no max_position_embeddings",
                      "confirm the model's context by hand", key="MAX_RESP")]
+    if c.MAX_PROMPT >= info.context:
+        return [fatal("context_length", f"MAX_PROMPT={c.MAX_PROMPT} is beyond the model's window of "
+                      f"{info.context} tokens (no room left for a response)",
+                      f"lower MAX_PROMPT below {info.context} (and MAX_PROMPT + MAX_RESP to {info.context} or less)",
+                      key="MAX_PROMPT", where=ctx.resolved.where("MAX_PROMPT"))]
     if total > info.context:
         return [fatal("context_length", f"MAX_PROMPT + MAX_RESP = {total} exceeds the model context "
-                      f"{info.context}", f"lower MAX_RESP to {max(info.context - c.MAX_PROMPT, 0)} or less",
+                      f"{info.context}", f"lower MAX_RESP to {info.context - c.MAX_PROMPT} or less",
                       key="MAX_RESP", where=ctx.resolved.where("MAX_RESP"))]
-    return [ok("context_length", f"{total} <= {info.context} tokens")]
+    return [ok("context_length", f"{total} <= {info.context} tokens (vLLM's --max-model-len {total})")]
 
 
 def model_engine(ctx: Context) -> list[Finding]:

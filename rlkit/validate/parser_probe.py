@@ -18,12 +18,15 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from rlkit.config.files import FileReadError, read_bytes, read_json
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+from rlkit.config.files import FileReadError, parse_json, read_bytes, read_model, validate_model
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip
 from rlkit.validate.model import ModelDirError, model_info
 
 PROBE_VERSION = "2"
-PROBE_TIMEOUT_S = 300
+PROBE_TIMEOUT_S = 300  # the whole subprocess: importing what it needs, then every parser
+TEMPLATE_BUDGET_S = 20.0  # the chat template's renders inside it (rlkit.proxy.parsers.render_within)
 STARTED = "parser_probe_started"  # ctx.notes key: ([MODEL, PARSER], the running probe)
 
 
@@ -47,8 +50,8 @@ def cache_key(model_dir: Path, chat_template: str, parser: str) -> str:
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlkit.proxy.parsers", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "rlkit.proxy.parsers", f"--budget-s={TEMPLATE_BUDGET_S:g}",
+                             *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -84,13 +87,22 @@ def _store(cache: Path, verdict: dict) -> None:
         pass  # an unwritable RLKIT_CACHE_DIR costs a probe next time, nothing else
 
 
+class ProbeVerdict(BaseModel):
+    """One line of the probe's output (and of its cache): what the check reads of it."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    ok: StrictBool = False
+    detail: StrictStr = ""
+    parses: list[StrictStr] = Field(default_factory=list, max_length=64)
+    timed_out: StrictBool = False
+    budget_s: float | None = None
+
+
 def probe_verdict(ctx: Context, model_dir: Path, chat_template: str, parser: str) -> tuple[dict, bool]:
     """(verdict, from_cache)."""
     cache = _cache_file(ctx.cache_dir, model_dir, chat_template, parser)
     try:
-        cached = read_json(cache)
-        if isinstance(cached, dict):
-            return cached, True
+        return read_model(cache, ProbeVerdict, max_bytes=2**20).model_dump(), True
     except FileReadError:
         pass  # absent or unreadable: probe again
     argv = [str(model_dir), parser]
@@ -100,12 +112,13 @@ def probe_verdict(ctx: Context, model_dir: Path, chat_template: str, parser: str
     else:
         output = (ctx.probe_runner or run_probe_subprocess)(argv)
     lines = output.strip().splitlines()
-    verdict = json.loads(lines[-1]) if lines else None
-    if not isinstance(verdict, dict):
-        raise RuntimeError(  # noqa: TRY004 -- the probe failed, the caller reports it
-            f"the probe printed no verdict ({lines[-1][:80] if lines else 'nothing'!r})")
-    _store(cache, verdict)
-    return verdict, False
+    try:
+        verdict = validate_model(parse_json(lines[-1], "the probe's verdict"), ProbeVerdict, "the probe's verdict")
+    except (IndexError, FileReadError):
+        raise RuntimeError(f"the probe printed no verdict ({lines[-1][:80] if lines else 'nothing'!r})") from None
+    if not verdict.timed_out:  # a loaded machine may be slow once: a budget verdict is not kept
+        _store(cache, verdict.model_dump())
+    return verdict.model_dump(), False
 
 
 def start_probe(ctx: Context) -> None:
@@ -138,7 +151,9 @@ def prewarm(pairs: list[tuple[Path, str]], cache_dir: Path) -> int:
         return 0
     lines = run_probe_subprocess([a for m, p, _ in todo for a in (str(m), p)]).strip().splitlines()
     for (model_dir, parser, template), line in zip(todo, lines[-len(todo):], strict=True):
-        _store(_cache_file(cache_dir, model_dir, template, parser), json.loads(line))
+        verdict = json.loads(line)
+        if isinstance(verdict, dict) and not verdict.get("timed_out"):
+            _store(_cache_file(cache_dir, model_dir, template, parser), verdict)
     return len(todo)
 
 
@@ -150,10 +165,21 @@ def tool_call_parser(ctx: Context) -> list[Finding]:
     where = ctx.resolved.where("TOOL_CALL_PARSER")
     try:
         verdict, cached = probe_verdict(ctx, info.path, info.chat_template, parser)
-    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
+    except subprocess.TimeoutExpired:
+        return [fatal("tool_call_parser", f"the parser probe ran past its {PROBE_TIMEOUT_S} s budget and was "
+                      "stopped", "run `python -m rlkit.proxy.parsers MODEL_PATH PARSER` to see where it hangs",
+                      key="TOOL_CALL_PARSER", where=where)]
+    except (RuntimeError, json.JSONDecodeError, OSError) as exc:
         return [fatal("tool_call_parser", f"could not probe the chat template: {exc}",
                       "run `python -m rlkit.proxy.parsers MODEL_PATH PARSER` to see the error",
                       key="TOOL_CALL_PARSER", where=where)]
+    if verdict.get("timed_out"):
+        budget = verdict.get("budget_s")
+        shown = f" {budget:g} s" if isinstance(budget, int | float) else ""
+        return [fatal("tool_call_parser", f"the chat template ran past its{shown} "
+                      "rendering budget and was stopped (a loop in the template?); vLLM and the proxy would "
+                      "hang on it for every prompt", "use the chat template the model was trained with",
+                      key="MODEL_PATH", where=ctx.resolved.where("MODEL_PATH"))]
     source = "cached" if cached else "probed"
     if verdict.get("ok"):
         return [ok("tool_call_parser", f"{parser} parses the chat template's tool calls ({source})")]

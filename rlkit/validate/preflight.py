@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.config.display import clean
 from rlkit.config.resolve import ResolvedConfig, render_block, resolve
-from rlkit.config.secrets import mask_secrets
 from rlkit.errors import UserError
 from rlkit.validate.findings import CHECKS, ORDER, Check, Context, Finding, Phase, Status
 
@@ -25,6 +25,9 @@ CHECK_TIMEOUTS_S = {"tool_call_parser": 330.0}  # the probe subprocess has 300 s
 EARLY_STARTS = {"tool_call_parser": "rlkit.validate.parser_probe:start_probe"}
 EARLY_START_S = 5.0
 MAX_FINDINGS_PER_CHECK = 10
+# DRY_RUN prints vLLM's --max-model-len and the model path, so it reads the model as check does
+# (its window, its files), besides every static check: DRY_RUN and check agree on both.
+DRY_RUN_WORLD_CHECKS = ("model_dir", "context_length")
 SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.FATAL: 3}
 
 
@@ -55,7 +58,7 @@ class PreflightReport:
         counts = {s: sum(f.status is s for f in self.findings) for s in Status}
         parts.append(f"\n{counts[Status.OK]} ✓  {counts[Status.WARN]} ⚠  {counts[Status.FATAL]} ✗ FATAL"
                      + ("" if self.ok else "  — fix the FATAL findings above; nothing was launched"))
-        return mask_secrets("\n".join(parts), self.resolved)
+        return clean("\n".join(parts), secrets=self.resolved)
 
 
 def run_checks(ctx: Context, phases: Iterable[Phase] = (Phase.STATIC, Phase.WORLD),
@@ -122,6 +125,11 @@ def _capped(name: str, findings: list[Finding]) -> list[Finding]:
     first = rest[0]
     return [*shown, Finding(name, worst.status, f"{len(rest)} more finding(s) like these, first: {first.message}",
                             first.fix, key=first.key, where=first.where)]
+
+
+def dry_run_checks() -> tuple[str, ...]:
+    """The checks DRY_RUN runs before it prints the plan: the static ones and the model's."""
+    return (*(n for n in ORDER if CHECKS.get(n).phase is Phase.STATIC), *DRY_RUN_WORLD_CHECKS)
 
 
 def run_preflight(config_path: str | Path, *, environ: dict[str, str] | None = None,

@@ -10,12 +10,23 @@ Topology (documented in docs/configuration.md):
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 
 from rlkit.config.files import FileReadError, read_bytes
 from rlkit.config.resolve import CHANGEME
-from rlkit.config.schema import KEYS, Algorithm, Layer, TrainingMode, VerlTrainerMode, home_layer, key_layers
+from rlkit.config.schema import (
+    KEYS,
+    Algorithm,
+    Layer,
+    TrainingMode,
+    VerlTrainerMode,
+    home_layer,
+    is_secret,
+    is_strict,
+    key_layers,
+)
 from rlkit.config.secrets import secret_values
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
@@ -61,16 +72,75 @@ def unknown_key(ctx: Context) -> list[Finding]:
     return out or [ok("unknown_key", "every key is known")]
 
 
+LAYER_FILES = {Layer.SITE: "site.env", Layer.RUN: "the run config", Layer.AXIS: "scripts/templates",
+               Layer.PROCESS: "the process environment", Layer.DEFAULT: "the built-in default"}
+
+
 def key_layer(ctx: Context) -> list[Finding]:
+    """A key set outside its layers: a warning, and FATAL for the keys that decide who runs what
+    (the agent, the image, the network): a site.env must not pick the agent, nor a run config the registry."""
     out = []
     for m in ctx.resolved.misplaced:
         allowed = ", ".join(layer.value for layer in key_layers(m.entry.key))
-        home = home_layer(m.entry.key)
-        where_to = {Layer.SITE: "site.env", Layer.RUN: "the run config", Layer.AXIS: "scripts/templates",
-                    Layer.PROCESS: "the process environment"}.get(home, home.value)
-        out.append(warn("key_layer", f"{m.entry.key} belongs to the {allowed} layer, but is set in the "
-                        f"{m.layer.value} layer", f"move it to {where_to}", key=m.entry.key, where=m.entry.where))
+        where_to = LAYER_FILES[home_layer(m.entry.key)]
+        message = f"{m.entry.key} belongs to the {allowed} layer, but is set in the {m.layer.value} layer"
+        if is_strict(m.entry.key):
+            out.append(fatal("key_layer", f"{message}; it decides who runs what (the agent, the image or the "
+                             "network), so it is not applied from there", f"move it to {where_to}, or remove it",
+                             key=m.entry.key, where=m.entry.where))
+        else:
+            out.append(warn("key_layer", message, f"move it to {where_to}", key=m.entry.key, where=m.entry.where))
     return out or [ok("key_layer", "every key is set in a layer it belongs to")]
+
+
+def overrides(ctx: Context) -> list[Finding]:
+    """Every value a later layer replaced, said: a template replacing a site.env value is a warning (the
+    cluster's setting silently lost); the run config or the environment replacing one is listed."""
+    out, listed = [], []
+    for o in ctx.resolved.overrides:
+        was = f"{o.key}={_shown(o.earlier.text, o.key)} ({o.earlier.layer.value}, {o.earlier.where})"
+        now = f"{_shown(o.later.text, o.key)} ({o.later.layer.value}, {o.later.where})"
+        if o.later.layer is Layer.AXIS:
+            out.append(warn("overrides", f"{was} is replaced by the template's {now}", f"to keep the "
+                            f"{o.earlier.layer.value} value, set {o.key} in the run config (it wins over templates); "
+                            f"else remove it from {LAYER_FILES[o.earlier.layer]}", key=o.key))
+        else:
+            listed.append(f"{was} -> {now}")
+    if listed:
+        shown = "; ".join(listed[:6]) + (f"; and {len(listed) - 6} more" if len(listed) > 6 else "")
+        out.append(ok("overrides", f"replaced by a later layer: {shown}"))
+    return out or [ok("overrides", "no layer replaces a value set in another file")]
+
+
+def _shown(text: str, key: str) -> str:
+    return "****" if is_secret(key) else (repr(text) if text else "(empty)")
+
+
+def output_dir(ctx: Context) -> list[Finding]:
+    """OUTPUT_DIR never climbs out with '..': DRY_RUN writes there, and a run writes logs and checkpoints."""
+    r = ctx.resolved
+    if "OUTPUT_DIR" in r.bad_keys:
+        return [skip("output_dir", "OUTPUT_DIR is not usable (see types)")]
+    raw = r.config.OUTPUT_DIR
+    if ".." in Path(raw).parts:
+        return [fatal("output_dir", f"OUTPUT_DIR={raw!r} climbs out with '..' (to "
+                      f"{os.path.normpath(r.path('OUTPUT_DIR') or raw)})", "write a path inside the project, or "
+                      "an absolute path without '..'", key="OUTPUT_DIR", where=r.where("OUTPUT_DIR"))]
+    return [ok("output_dir", f"artifacts under {r.path('OUTPUT_DIR') or r.root}")]
+
+
+def secret_spread(ctx: Context) -> list[Finding]:
+    """A secret's value inside another key would be printed, logged and written (the agent-loop YAML)."""
+    secrets = secret_values(ctx.resolved)
+    out = []
+    for name, value in ctx.resolved.values.items():
+        if is_secret(name) or name in ("PROJECT_NAME", "EXP_NAME") or not value.text:
+            continue  # PROJECT_NAME / EXP_NAME: the names check says it
+        if any(s in value.text for s in secrets):
+            out.append(fatal("secret_spread", f"{name} holds the value of a secret; it would be printed, logged "
+                             "and written to the run's files", f"set {name} without ${{...}} of a secret key",
+                             key=name, where=value.where))
+    return out or [ok("secret_spread", "secret values stay in their own keys")]
 
 
 def logger(ctx: Context) -> list[Finding]:

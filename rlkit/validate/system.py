@@ -1,17 +1,21 @@
 """World checks on this machine: existing artifacts, the sandbox backend, ports and disk.
 
 No client libraries are imported: the docker daemon is pinged over its socket, the kube
-config is read as YAML and its API server reached with a TCP connect.
+config is read as YAML (rlkit.config.files: bounded, shape checked by KubeConfig) and its
+API server reached with a TCP connect.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rlkit.config.files import FileReadError, clip, exists, is_file, read_text
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from rlkit.config.files import FileReadError, clip, exists, present, read_int, read_yaml, validate_model
 from rlkit.config.paths import RunPaths
 from rlkit.config.schema import Backend, ResumeMode
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
@@ -35,7 +39,7 @@ def artifacts(ctx: Context) -> list[Finding]:
         return [ok("artifacts", f"fresh run: nothing yet under {root} for {c.PROJECT_NAME}/{c.EXP_NAME}")]
     latest = ckpt / "latest_checkpointed_iteration.txt"
     try:
-        step = clip(read_text(latest, max_bytes=4096).strip(), 40) if is_file(latest) else ""
+        step = str(read_int(latest, lo=0, hi=10**9)) if present(latest) else ""
     except FileReadError as exc:
         return [warn("artifacts", f"unreadable checkpoint marker: {exc.message}", "delete it, or pick a new "
                      "EXP_NAME", key="EXP_NAME", where=ctx.resolved.where("EXP_NAME"))]
@@ -78,6 +82,37 @@ def _docker_ping(address: str, timeout: float = 1.0) -> str | None:
     return f"unexpected answer {reply[:60]!r}"
 
 
+class _KubeCluster(BaseModel):
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    server: StrictStr | None = None
+
+
+class _KubeClusterEntry(BaseModel):
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    name: StrictStr
+    cluster: _KubeCluster | None = None
+
+
+class _KubeContext(BaseModel):
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    cluster: StrictStr | None = None
+
+
+class _KubeContextEntry(BaseModel):
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    name: StrictStr
+    context: _KubeContext | None = None
+
+
+class KubeConfig(BaseModel):
+    """The parts of a kube config the backend check reads (the kubernetes client reads the rest)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
+    current_context: StrictStr | None = Field(None, alias="current-context")
+    contexts: list[_KubeContextEntry] | None = None
+    clusters: list[_KubeClusterEntry] | None = None
+
+
 def _kube_check(ctx: Context) -> list[Finding]:
     c = ctx.resolved.config
     where = ctx.resolved.where("KUBECONFIG")
@@ -87,42 +122,33 @@ def _kube_check(ctx: Context) -> list[Finding]:
     def bad(message: str, fix: str = regen) -> list[Finding]:
         return [fatal("backend", message, fix, key="KUBECONFIG", where=where)]
 
-    if path is None or not exists(path):
+    if path is None or not present(path):
         return bad(f"BACKEND=k8s but the kube config {path} does not exist",
                    "set KUBECONFIG (site.env or the environment) to your cluster's config")
-    import yaml  # small, only on the k8s path
-
     try:
-        kube = yaml.safe_load(read_text(path, max_bytes=4 * 2**20)) or {}
+        data = read_yaml(path)
+        if not isinstance(data, dict):
+            return bad(f"{path} is not a kube config: it holds a YAML {type(data).__name__}, not a mapping")
+        kube = validate_model(data, KubeConfig, path, fix=regen)
     except FileReadError as exc:
-        return bad(f"kube config {exc.message}")
-    except yaml.YAMLError as exc:
-        return bad(f"{path} is not valid YAML ({clip(' '.join(str(exc).split()), 160)})")
-    except RecursionError:
-        return bad(f"{path} is YAML nested too deeply to read")
-    if not isinstance(kube, dict):
-        return bad(f"{path} is not a kube config: it holds a YAML {type(kube).__name__}, not a mapping")
-    current = kube.get("current-context")
-    contexts = _named(kube.get("contexts"), "context")
-    if contexts is None:
-        return bad(f"{path}: contexts is not a list of {{name, context}} entries")
-    if not isinstance(current, str) or current not in contexts:
+        return bad(f"kube config {exc.message}", exc.fix or regen)
+    contexts = {e.name: e.context or _KubeContext() for e in kube.contexts or []}
+    current = kube.current_context
+    if current is None or current not in contexts:
         return bad(f"{path}: current-context {clip(repr(current), 80)} is not among its contexts",
                    "kubectl config use-context NAME")
-    clusters = _named(kube.get("clusters"), "cluster")
-    if clusters is None:
-        return bad(f"{path}: clusters is not a list of {{name, cluster}} entries")
-    cluster = clusters.get(contexts[current].get("cluster"))  # type: ignore[arg-type]
-    server = cluster.get("server") if cluster else None
-    if not isinstance(server, str) or not server:
+    clusters = {e.name: e.cluster or _KubeCluster() for e in kube.clusters or []}
+    cluster = clusters.get(contexts[current].cluster or "")
+    server = cluster.server if cluster else None
+    if not server:
         return bad(f"{path}: context {clip(current, 80)!r} has no cluster with a server address")
     ns = c.K8S_NAMESPACE
     if not ns or not all(ch.isalnum() or ch == "-" for ch in ns) or ns != ns.lower() or len(ns) > 63:
         return [fatal("backend", f"K8S_NAMESPACE={ns!r} is not a valid namespace name",
                       "lower-case letters, digits and '-'", key="K8S_NAMESPACE",
                       where=ctx.resolved.where("K8S_NAMESPACE"))]
-    url = urlparse(server)
     try:
+        url = urlparse(server)
         host, port = url.hostname or "", url.port or 443
         with socket.create_connection((host, port), timeout=2):
             pass
@@ -130,24 +156,8 @@ def _kube_check(ctx: Context) -> list[Finding]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return bad(f"kubernetes API {clip(server, 120)} of context {clip(current, 80)!r} is unreachable "
                    f"({clip(reason, 80)})", "check the VPN / cluster, or use BACKEND=docker")
-    return [ok("backend", f"kubernetes API {server} reachable (context {current}, namespace {ns})")]
-
-
-def _named(entries: object, field: str) -> dict[str, dict] | None:
-    """A kube config list of {name, <field>: {...}} as a dict; None when it has another shape."""
-    if entries is None:
-        return {}
-    if not isinstance(entries, list):
-        return None
-    out: dict[str, dict] = {}
-    for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            return None
-        body = entry.get(field) or {}
-        if not isinstance(body, dict):
-            return None
-        out[entry["name"]] = body
-    return out
+    return [ok("backend", f"kubernetes API {clip(server, 120)} reachable (context {clip(current, 80)}, "
+               f"namespace {ns})")]
 
 
 def backend(ctx: Context) -> list[Finding]:
@@ -160,6 +170,26 @@ def backend(ctx: Context) -> list[Finding]:
                       "start it (sudo dockerd &, or systemctl start docker), or set DOCKER_HOST",
                       key="BACKEND", where=ctx.resolved.where("BACKEND"))]
     return [ok("backend", f"docker daemon answers at {c.DOCKER_HOST}")]
+
+
+SANDBOXES_PER_CPU = 8  # agent sandboxes mostly wait on the model; past this the CPU is the queue
+
+
+def capacity(ctx: Context) -> list[Finding]:
+    """Counts the machine can hold: docker sandboxes run here, so MAX_SANDBOXES is bounded by its CPUs."""
+    c = ctx.resolved.config
+    if c.BACKEND is not Backend.DOCKER:
+        return [skip("capacity", "BACKEND=k8s: sandboxes run on the cluster's nodes")]
+    if "MAX_SANDBOXES" in ctx.resolved.bad_keys:
+        return [skip("capacity", "MAX_SANDBOXES is not usable (see types)")]
+    cpus = os.cpu_count() or 1
+    most = cpus * SANDBOXES_PER_CPU
+    if c.MAX_SANDBOXES > most:
+        return [warn("capacity", f"MAX_SANDBOXES={c.MAX_SANDBOXES} docker sandboxes at once on a machine with "
+                     f"{cpus} CPU(s): beyond {most} ({SANDBOXES_PER_CPU} per CPU) they only queue for the CPU",
+                     f"set MAX_SANDBOXES to {most} or less", key="MAX_SANDBOXES",
+                     where=ctx.resolved.where("MAX_SANDBOXES"))]
+    return [ok("capacity", f"MAX_SANDBOXES={c.MAX_SANDBOXES} on {cpus} CPU(s)")]
 
 
 def port_in_use(port: int, host: str = "0.0.0.0") -> bool:

@@ -63,8 +63,12 @@ def test_long_lines_are_clipped_in_messages() -> None:
 
 @pytest.mark.parametrize(("key", "bad", "good"), [
     ("PROXY_PORT", [0, 70000, -1], [1, 65535]), ("RAY_PORT", [0, 65536], [6379]),
-    ("ROLLOUT_GPU_MEM", [0, 7, -0.1, math.nan], [0.01, 1.0]), ("LR", [math.nan, math.inf, -1e-6, 2], [1e-6, 0]),
-    ("KL_LOSS_COEF", [-1, math.inf], [0.0, 0.5]), ("MAX_SANDBOXES", [0], [1, 64]), ("TRAIN_BSZ", [0, 10**40], [2]),
+    ("ROLLOUT_GPU_MEM", [0, 7, -0.1, math.nan, 1e-300], [0.05, 0.85, 1.0]),
+    ("LR", [math.nan, math.inf, 2, 1e-320, 0.5, -1e-6], [1e-6, 1e-4, 0]),
+    ("KL_LOSS_COEF", [-1, math.inf, 1e308], [0.0, 0.5]), ("MAX_SANDBOXES", [0, 2**31 - 1], [1, 64]),
+    ("TRAIN_BSZ", [0, 10**40, 2**31 - 1], [2]), ("N_RESP", [0, 2**31 - 1], [8]), ("TOTAL_STEPS", [2**31 - 1], [0, 8]),
+    ("VAL_N", [2**31 - 1], [1]), ("MAX_PROMPT", [2**31 - 1], [30000]), ("GPUS_PER_NODE", [2**30], [8]),
+    ("NODE_WAIT_S", [0, 10**9], [600]), ("REPLICA_WAIT_S", [0], [3600]),
     ("N_NODES_ROLLOUT", [-1], [0]), ("TRAINER_SAVE_FREQ", [-2], [-1, 10]),
     ("OUTPUT_DIR", ["a\x00b", "x/" + "y" * 256, "a" * 5000], ["/tmp/out", "."]),
     ("EXP_NAME", ["e" * 129, "a\nb"], ["exp-1"]), ("RAY_HEAD_ADDRESS", ["h\u00e9ad", "a b", "-x"], ["", "10.0.0.1", "head-0"]),
@@ -84,4 +88,16 @@ def test_every_int_float_and_text_key_has_a_range_in_the_docs() -> None:
         if FIELDS[name].annotation in (int, float, str):
             assert key_rule(name) is not None and ", " in type_name(name), name
     assert set(RULES) <= set(KEYS)
-    assert type_name("PROXY_PORT") == "int, 1..65535" and type_name("ROLLOUT_GPU_MEM") == "float, (0, 1]"
+    assert type_name("PROXY_PORT") == "int, 1..65535" and type_name("ROLLOUT_GPU_MEM") == "float, [0.05, 1]"
+
+
+def test_every_count_rate_coefficient_and_wait_has_an_upper_end_and_a_reason() -> None:
+    """Issue 25: counts of 2,147,483,647, KL_LOSS_COEF=1e308, LR=1e-320 and waits of 0 were accepted."""
+    for name in KEYS:
+        if FIELDS[name].annotation in (int, float):
+            rule = key_rule(name)
+            assert rule.hi < 2**31 - 1 and math.isfinite(rule.hi) and rule.why, name
+            if FIELDS[name].annotation is float:
+                assert rule.lo > 0 or name == "KL_LOSS_COEF", name  # a rate of 1e-320 is no rate
+    for wait in ("NODE_WAIT_S", "REPLICA_WAIT_S"):
+        assert key_rule(wait).lo >= 1

@@ -189,9 +189,8 @@ def test_a_seeded_pass_posts_the_same_seed_for_the_same_task_and_attempt(tmp_pat
                                                                         monkeypatch: pytest.MonkeyPatch):
     """Validation pairs its passes: attempt j of task t samples with the same seed at every step
     (and the proxy derives a distinct seed per call from it); another SEED gives other seeds."""
-    from rlkit.rollout.engine import attempt_seed
-
     from rlkit.rollout import trial
+    from rlkit.rollout.engine import attempt_seed
     from rlkit.rollout.trial import TrialOutcome
 
     async def no_trial(spec):  # unit test: the sandbox and the agent are not the point
@@ -204,7 +203,6 @@ def test_a_seeded_pass_posts_the_same_seed_for_the_same_task_and_attempt(tmp_pat
         async def _proxy_post(self, session, what, body, query=""):
             if what == "sampling":
                 posted.append(dict(body))
-            return None
 
     engine = Recording(EngineConfig(model_name="tiny", proxy_url="http://127.0.0.1:9", trials_root=tmp_path,
                                     seed=7, max_attempts=1))

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
-from rlkit.rollout.records import longest_chain
+from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord, longest_chain
 from rlkit.train.verl_samples import group_uid, row_from_verl, sample_fields
 
 

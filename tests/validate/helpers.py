@@ -100,3 +100,33 @@ class FakeDockerDaemon:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def run_cli(argv: list[str], env: dict[str, str], *, timeout_s: float = 120.0) -> tuple[int, str]:
+    """`rlkit ARGV` in this process, as the command runs it (its terminal streams and log handlers
+    cleaned); returns (exit code, everything it printed). An exception escaping the command fails the
+    caller's test, as a traceback would; a command still running after `timeout_s` fails it too."""
+    import contextlib
+    import io
+    import os
+    from unittest import mock
+
+    from rlkit.cli.main import main
+
+    out = io.StringIO()
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["rc"] = main(argv)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the caller
+            box["error"] = exc
+
+    with mock.patch.dict(os.environ, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        thread.join(timeout_s)  # a hang guard, not a speed test
+    assert not thread.is_alive(), f"rlkit {' '.join(argv)} did not finish within {timeout_s} s"
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return int(box["rc"]), out.getvalue()  # type: ignore[call-overload]
