@@ -177,7 +177,7 @@ RULES: dict[str, IntRange | FloatRange | TextRule] = {
     "TRAINER_SAVE_FREQ": FREQ, "TRAINER_TEST_FREQ": FREQ, "VAL_N": GROUP,
     "PARAM_SYNC_STEPS": IntRange(1, 65536, "mini-batches per step"),
     "MAX_OFF_POLICY": IntRange(0, 1024, "policy versions"), "GPUS_PER_NODE": PER_NODE,
-    "SEED": IntRange(0, 2**31 - 1, "a seed"),
+    "SEED": IntRange(0, 2**31 - 2, "a seed (vLLM takes 31 bits)"),
     "MAX_SANDBOXES": IntRange(1, 4096, "sandboxes one node runs at once"), "NODE_WAIT_S": WAIT,
     "REPLICA_WAIT_S": WAIT, "RAY_PORT": PORT, "PROXY_PORT": PORT, "DASHBOARD_PORT": PORT,
     "ROLLOUT_GPU_MEM": FloatRange(0.05, 1.0, why="a fraction of GPU memory; below 0.05 vLLM fits no KV cache"),
