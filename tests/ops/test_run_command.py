@@ -27,6 +27,7 @@ def ws(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_run_refuses_while_the_same_run_is_in_flight(ws: Workspace, capsys, monkeypatch) -> None:
     from rlkit.cli import run
+    from rlkit.launch import background
 
     config = ws.config()
     lock = ws.root / "out" / "logs" / "exp.lock"
@@ -34,7 +35,7 @@ def test_run_refuses_while_the_same_run_is_in_flight(ws: Workspace, capsys, monk
     now = dt.datetime.now(dt.UTC).isoformat()
     lock.write_text(json.dumps({"pid": os.getpid(), "host": O.host(), "user": O.me(), "heartbeat": now, "exp": "exp"}))
     started = []
-    monkeypatch.setattr(run, "launch_command", lambda c: started.append(c) or ["true"])
+    monkeypatch.setattr(background, "launch_command", lambda c, o=None: started.append(c) or ["true"])
     with FakeDockerDaemon(ws.root / "d.sock"):
         assert run.main([str(config)]) == 1
     out = capsys.readouterr().out
@@ -44,12 +45,13 @@ def test_run_refuses_while_the_same_run_is_in_flight(ws: Workspace, capsys, monk
 
 def test_run_starts_detached_and_returns(ws: Workspace, capsys, monkeypatch) -> None:
     from rlkit.cli import run
+    from rlkit.launch import background
 
     config = ws.config()
     marker = ws.root / "ran"
     fake_train = ws.root / "train.sh"  # stands in for scripts/train/train.sh: a real training run is too big here
     fake_train.write_text(f"echo training $1; sleep 30; touch {marker}\n")
-    monkeypatch.setattr(run, "REPO_ROOT", ws.root)
+    monkeypatch.setattr(background, "REPO_ROOT", ws.root)
     (ws.root / "scripts" / "train").mkdir(parents=True)
     fake_train.rename(ws.root / "scripts" / "train" / "train.sh")
     with FakeDockerDaemon(ws.root / "d.sock"):
