@@ -73,3 +73,20 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]
 def as_json(result: object) -> dict:
     """A result's `as_dict()` through JSON, as the CLI prints it."""
     return json.loads(json.dumps(result.as_dict(), default=str))  # type: ignore[attr-defined]
+
+
+EXAMPLES = REPO / "examples" / "tasks"
+TASKS = ["calc-power-unary", "merge-intervals"]
+
+
+@pytest.fixture(scope="session")
+def task_index(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A task index of two bundled tasks, their images built (cached by docker across runs)."""
+    from rlkit.sandbox.images import build_task_images
+    from rlkit.tasks.images import discover_tasks
+    from rlkit.tasks.index import build_rows, write_index
+
+    outcomes = build_task_images([t for t in discover_tasks(EXAMPLES) if t.task_id in TASKS])
+    assert not [o for o in outcomes if o.status == "failed"], outcomes
+    path = tmp_path_factory.mktemp("index") / "two.parquet"
+    return write_index([r for r in build_rows(EXAMPLES, "train") if r.task_id in TASKS], path)
