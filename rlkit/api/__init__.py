@@ -68,7 +68,7 @@ def check(config: Config, *, context: bool = False, environ: dict[str, str] | No
 
 def train(config: Config, *, environ: dict[str, str] | None = None, console: Any = None,
           on_preflight: Callable[[PreflightReport], None] | None = None, **overrides: Any) -> TrainResult:
-    """Train in this process and return when the run ends (`rlkit train CFG`, `bash scripts/train/train.sh CFG`).
+    """Train in this process; returns when the run ends (`rlkit train CFG`, `bash scripts/train/train.sh CFG`).
 
     Preflight first; PREFLIGHT_ONLY=1 stops after it, DRY_RUN=1 returns the launch commands; else
     the trainer TRAINER names runs (local: the embedded CPU trainer; verl: main_ppo on Ray).
@@ -154,8 +154,8 @@ def rollout(index: str | Path, *, model_path: str | None = None, agent: str | No
                         high=max_pass_rate, inclusive=inclusive, progress=progress)
 
 
-def eval(model: str | Path, index: str | Path, *, k: int = 4, agent: str = "model", config: Config | None = None,
-         progress: Progress | None = None, **options: Any) -> EvalResult:
+def eval(model: str | Path, index: str | Path, *, k: int = 4, agent: str = "model",
+         config: Config | None = None, progress: Progress | None = None, **options: Any) -> EvalResult:
     """pass@1 and pass@k of a model on a task index, unbiased estimator (`rlkit eval MODEL_DIR INDEX`).
 
     `model`: a Hugging Face model folder (e.g. `rlkit.ckpt_merge(...).target`); `agent="oracle"` /
@@ -183,8 +183,8 @@ def _pass_settings(function: str, k: int, options: dict[str, Any], config: Confi
 
 
 def cleanup(config: Config | None = None, *, project: str | None = None, experiment: str | None = None,
-            force: bool = False, other_users: bool = False, sandboxes_only: bool = False, dry_run: bool = False,
-            ports: Iterable[int] = (), output_dir: str | Path | None = None, k8s: bool | None = None,
+            force: bool = False, other_users: bool = False, sandboxes_only: bool = False,
+            dry_run: bool = False, ports: Iterable[int] = (), output_dir: str | Path | None = None, k8s: bool | None = None,
             namespace: str | None = None, **overrides: Any) -> CleanupReport:
     """Remove what dead runs left behind, and only that (`rlkit cleanup`).
 
@@ -213,8 +213,9 @@ def cleanup(config: Config | None = None, *, project: str | None = None, experim
     elif extra:
         raise TypeError("cleanup() takes config keys only with a run config")
     policy = Policy(output_root=root.resolve(), force=force, other_users=other_users)
-    return clean(project, experiment, dry_run=dry_run, k8s=k8s, processes=not sandboxes_only, tmp=not sandboxes_only,
-                 ports=port_list or [DEFAULT_PROXY_PORT], policy=policy, namespace=namespace)
+    return clean(project, experiment, dry_run=dry_run, k8s=k8s, processes=not sandboxes_only,
+                 tmp=not sandboxes_only, ports=port_list or [DEFAULT_PROXY_PORT], policy=policy,
+                 namespace=namespace)
 
 
 def tasks_check(source: str | Path, *, concurrency: int = 4, write_index: bool = False,
@@ -248,7 +249,8 @@ def ckpt_merge(path: str | Path, target: str | Path | None = None) -> MergeResul
     return merge_checkpoint(Path(path), Path(target) if target else None)
 
 
-def ckpt_prune(root: Config, *, yes: bool = False, include_latest: bool = False, **overrides: Any) -> PrunePlan:
+def ckpt_prune(root: Config, *, yes: bool = False, include_latest: bool = False,
+               **overrides: Any) -> PrunePlan:
     """Delete optimizer shards, keep the model shards and huggingface/ (`rlkit ckpt prune`).
 
     `root`: a run's checkpoint folder (checkpoints/<project>/<exp>) or its run config (path or

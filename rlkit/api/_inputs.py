@@ -14,7 +14,8 @@ def config_overrides(function: str, kwargs: Mapping[str, Any]) -> dict[str, Any]
     """Keyword arguments in upper case are config keys (overrides); any other unknown one is a typo."""
     for name in kwargs:
         if not name.isupper():
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r} (config keys are upper case)")
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r} "
+                            "(config keys are upper case)")
     return dict(kwargs)
 
 

@@ -1,9 +1,10 @@
-"""`rlkit.train` / `rlkit train CFG`: preflight, then DRY_RUN's plan or the trainer TRAINER names, in this process.
+"""`rlkit.train` / `rlkit train CFG`: preflight, then DRY_RUN's plan or the trainer TRAINER names, here.
 
   PREFLIGHT_ONLY=1  resolve and run Run Validation; launch nothing.
   DRY_RUN=1         the fully expanded launch commands (after the static checks), with the files they name
                     written (the agent-loop YAML); launch nothing.
-  neither           preflight, then the trainer: local (rlkit.train.local, this machine) or verl (main_ppo on Ray).
+  neither           preflight, then the trainer: local (rlkit.train.local, this machine) or verl
+                    (main_ppo on Ray).
 
 A FATAL finding raises `PreflightFailed` (nothing launched); a trainer that exits non-zero raises
 `TrainerFailed`. The result says what was done and where the run's files are.
@@ -32,7 +33,7 @@ RUNNERS: dict[str, str] = {
 
 @dataclass
 class TrainResult:
-    """What `rlkit.train` did: "preflight" (PREFLIGHT_ONLY), "dry_run" (DRY_RUN) or "train", and the run's files."""
+    """What `rlkit.train` did ("preflight": PREFLIGHT_ONLY, "dry_run": DRY_RUN, or "train"), and the run's files."""
 
     action: str
     trainer: str
@@ -77,9 +78,11 @@ def run_trainer(resolved: ResolvedConfig, *, console: Any = None) -> None:
     if target is None:
         raise TrainerUnavailable(f"TRAINER={name} is not available in this version of rlkit yet; nothing was "
                                  "launched", key="TRAINER", file=resolved.where("TRAINER"),
-                                 fix="TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / DRY_RUN=1")
+                                 fix="TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / "
+                                     "DRY_RUN=1")
     runner = import_string(target)
-    code = int(runner(resolved, console=console) if name == "local" else runner(resolved))  # type: ignore[operator]
+    code = runner(resolved, console=console) if name == "local" else runner(resolved)  # type: ignore[operator]
+    code = int(code)
     if code:
         raise TrainerFailed(f"the {name} trainer exited with code {code}", returncode=code)
 

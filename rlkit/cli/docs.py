@@ -36,9 +36,12 @@ Lowest to highest precedence; a later layer overrides an earlier one.
 | axis | `scripts/templates/{scaffold,backend,mode,engine}/<value>.env`, picked by `SCAFFOLD`, `BACKEND`, `TRAINING_MODE`, `MODEL_ENGINE` | what each axis value implies (harbor agent, verl trainer mode, engine) |
 | run | the config given to `train.sh` / `rlkit check` | the run |
 | process | the process environment | `PREFLIGHT_ONLY`, `DRY_RUN`, secrets, a few paths |
+| override | keyword arguments of the Python API (`rlkit.check(CFG, TRAIN_BSZ=8)`), `--set KEY=VALUE` | any key of the run or process layer, read as a run config line (`${KEY}` expands; `$(...)` is ✗ FATAL) |
 
 Each key lists the layers it may be set in, its home first. Setting it anywhere else is a
 ⚠ `key_layer` warning. Only the keys of the process layer are read from the environment.
+Every value records the layer it came from: the `Run configuration` block of `rlkit check`
+prints it, and so do `rlkit check --json` and `rlkit.check(...).resolved.layer(KEY)`.
 
 ## Files
 
