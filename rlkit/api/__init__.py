@@ -98,7 +98,8 @@ def run(config: Config, **overrides: Any) -> RunHandle:
 
     resolved = as_resolved(config, config_overrides("run", overrides))
     report = run_preflight(resolved, context=True).raise_if_fatal()
-    handle = start_background(resolved.config_path, resolved.run_paths(), resolved.overrides)
+    handle = start_background(resolved.config_path, resolved.run_paths(), resolved.public_overrides(),
+                              secrets=resolved.secret_overrides())
     handle.warnings = [finding.render() for finding in report.warnings]
     return handle
 

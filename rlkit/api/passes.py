@@ -68,7 +68,8 @@ class PassSettings:
 
 
 def out_dir(settings: PassSettings, index: Path, command: str) -> Path:
-    return Path(settings.out) if settings.out else Path(command) / index.stem
+    """Where a pass writes (absolute, so a result's paths hold wherever it is read)."""
+    return (Path(settings.out) if settings.out else Path(command) / index.stem).absolute()
 
 
 @contextlib.contextmanager

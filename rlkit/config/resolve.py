@@ -96,6 +96,14 @@ class ResolvedConfig:
     def where(self, key: str) -> str:
         return self.values[key].where
 
+    def public_overrides(self) -> dict[str, str]:
+        """The overrides that may be written down (a run lock, a command line): secret keys left out."""
+        return {k: v for k, v in self.overrides.items() if k not in SECRET_KEYS}
+
+    def secret_overrides(self) -> dict[str, str]:
+        """Overridden secret keys: a child process gets them in its environment, never on its command line."""
+        return {k: v for k, v in self.overrides.items() if k in SECRET_KEYS}
+
     def layer(self, key: str) -> Layer:
         """The layer `key`'s value came from (default, site, axis, run, process or override)."""
         return self.values[key].layer

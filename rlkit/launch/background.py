@@ -3,7 +3,8 @@
 The run gets its own session (closing the terminal or a Ctrl-C does not reach it) and writes its
 output to OUTPUT_DIR/logs/train_<MMDD>.out. `start_background` returns at once with a `RunHandle`:
 the pid, the log, the run lock the trainer takes (logs/<exp>.lock), and ways to wait for or stop it.
-Overrides travel to the child as `--set KEY=VALUE`, so it resolves the same values.
+Overrides travel to the child as `--set KEY=VALUE` (secret keys in its environment instead, never on a
+command line), so it resolves the same values.
 """
 
 from __future__ import annotations
@@ -86,14 +87,14 @@ class RunHandle:
 
 
 def start_background(config: Path, paths: RunPaths, overrides: dict[str, str] | None = None,
-                     cwd: Path | None = None) -> RunHandle:
-    """Start the run detached and return at once."""
+                     cwd: Path | None = None, secrets: dict[str, str] | None = None) -> RunHandle:
+    """Start the run detached and return at once. `secrets` (process-layer keys) go into its environment."""
     paths.logs.mkdir(parents=True, exist_ok=True)
     log = paths.logs / f"train_{dt.datetime.now():%m%d}.out"
     config = config.resolve()
     command = launch_command(config, overrides)
     with log.open("ab") as out:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=cwd or Path.cwd(), close_fds=True)
+                                cwd=cwd or Path.cwd(), close_fds=True, env={**os.environ, **(secrets or {})})
     return RunHandle(paths.project, paths.exp, proc.pid, log, paths.lock, config, command, dict(overrides or {}),
                      process=proc)

@@ -60,13 +60,13 @@ def _stand_in_train_sh(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     script = ws.root / "scripts" / "train" / "train.sh"
     script.parent.mkdir(parents=True)
-    script.write_text('echo "training $*"; sleep 30\n')
+    script.write_text('echo "training $*"; echo "wandb key of ${#WANDB_API_KEY} characters"; sleep 30\n')
     monkeypatch.setattr(background, "REPO_ROOT", ws.root)
     return script
 
 
 def _wait_for(path: Path, text: str) -> str:
-    for _ in range(200):
+    for _ in range(600):  # a loaded machine takes a while to get through nohup and setsid to bash
         if path.is_file() and text in path.read_text():
             break
         time.sleep(0.05)
@@ -79,14 +79,17 @@ def test_run_starts_a_stand_in_train_sh_detached(docker_ws: Workspace, monkeypat
     start are real."""
     _stand_in_train_sh(docker_ws, monkeypatch)
     config = docker_ws.config()
-    handle = rlkit.run(config, TOTAL_STEPS=3, EXP_NAME="bg")
+    secret = "wk-secret-value-12345"
+    handle = rlkit.run(config, TOTAL_STEPS=3, EXP_NAME="bg", WANDB_API_KEY=secret)
     try:
         logs = docker_ws.root / "out" / "logs"
         assert handle.log == logs / f"train_{dt.datetime.now():%m%d}.out" and handle.lock == logs / "bg.lock"
         assert (handle.project, handle.exp, handle.overrides) == ("proj", "bg", {"TOTAL_STEPS": "3", "EXP_NAME": "bg"})
         # the overrides travel to the run, so it resolves the same values
-        line = _wait_for(handle.log, "training")
-        assert f"training {config.resolve()} --set TOTAL_STEPS=3 --set EXP_NAME=bg" in line
+        line = _wait_for(handle.log, "wandb key")
+        assert f"training {config.resolve()} --set TOTAL_STEPS=3 --set EXP_NAME=bg\n" in line
+        # a secret goes to the run in its environment: never on its command line or in the handle
+        assert f"wandb key of {len(secret)} characters" in line and secret not in str(handle.as_dict())
         assert handle.alive() and os.getsid(handle.pid) == handle.pid  # its own session
         assert handle.lock_info() is None  # the stand-in takes no lock
         status = rlkit.status(handle)

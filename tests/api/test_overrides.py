@@ -35,6 +35,10 @@ def test_an_override_is_the_top_layer_and_says_so(ws: Workspace) -> None:
     # a resolved config takes more overrides on top of its own
     again = rlkit.resolve(resolved, N_RESP=2)
     assert (again.config.TRAIN_BSZ, again.config.N_RESP) == (8, 2) and again.overrides["SCAFFOLD"] == "cc"
+    secret = rlkit.resolve(again, WANDB_API_KEY="wk-0123456789abcdef")
+    assert secret.secret_overrides() == {"WANDB_API_KEY": "wk-0123456789abcdef"}
+    assert "WANDB_API_KEY" not in secret.public_overrides()  # what a run lock or a command line may carry
+    assert "0123456789ab" not in json.dumps(secret.as_dict())
     data = json.loads(json.dumps(again.as_dict()))
     assert data["values"]["N_RESP"] == {"value": "2", "layer": "override", "where": "override"}
     assert data["values"]["TRAIN_BSZ"]["value"] == "8" and data["overrides"] == ["N_RESP", "SCAFFOLD", "TRAIN_BSZ"]
