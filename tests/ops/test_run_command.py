@@ -57,7 +57,7 @@ def test_run_starts_detached_and_returns(ws: Workspace, capsys, monkeypatch) -> 
     with FakeDockerDaemon(ws.root / "d.sock"):
         assert run.main([str(config)]) == 0
     out = capsys.readouterr().out
-    pid = int(out.split("pid ", 1)[1].split()[0])
+    pid = int(out.split("✓ started", 1)[1].split("pid ", 1)[1].split()[0])  # warnings above may name pids too
     log = ws.root / "out" / "logs" / f"train_{dt.datetime.now():%m%d}.out"
     assert f"log:    {log}" in out and f"tail -f {log}" in out and "rlkit status" in out
     proc = psutil.Process(pid)
