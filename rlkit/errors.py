@@ -109,3 +109,25 @@ class UpstreamError(ProxyError):
 
 class LaunchError(RlkitError):
     """Ray / vLLM / verl processes could not be started."""
+
+
+class PreflightFailed(ConfigError):
+    """Run Validation found a FATAL problem, so nothing was started. `report` holds every finding
+    (a `rlkit.validate.preflight.PreflightReport`); key, file, line and fix are the first FATAL's."""
+
+    def __init__(self, report: object, *, message: str, fix: str = "", key: str | None = None,
+                 file: str | None = None, line: int | None = None) -> None:
+        super().__init__(message, fix=fix, key=key, file=file, line=line)
+        self.report = report
+
+
+class TrainerUnavailable(ConfigError):
+    """TRAINER names a trainer this version of rlkit cannot run."""
+
+
+class TrainerFailed(LaunchError):
+    """The trainer ran and exited with a non-zero code (its own output says why)."""
+
+    def __init__(self, message: str, *, returncode: int) -> None:
+        super().__init__(message, returncode=returncode)
+        self.returncode = returncode

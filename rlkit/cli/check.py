@@ -1,4 +1,4 @@
-"""`rlkit check CFG [--context]`: preflight a run config (Run Validation). Launches nothing.
+"""`rlkit check CFG [--context] [--set KEY=VALUE ...]`: preflight a run config (Run Validation). Launches nothing.
 
 --context adds what `/rl:check` needs on a shared machine: is this run already in flight (its
 lock, stray rlkit processes, a live Ray head) and who holds the GPUs it wants (NVML).
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from rlkit.cli._args import add_json_flag, add_set_flag, config_of, print_json
+
 
 def parse(argv: list[str], prog: str = "rlkit check") -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
@@ -16,26 +18,18 @@ def parse(argv: list[str], prog: str = "rlkit check") -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="omit the run configuration block")
     parser.add_argument("--context", action="store_true",
                         help="also: run in flight (lock, processes, Ray head) and GPU ownership (NVML)")
+    add_set_flag(parser)
+    add_json_flag(parser)
     return parser.parse_args(argv)
 
 
-def preflight(config: str, context: bool):
-    from rlkit.validate.preflight import run_preflight
-
-    report = run_preflight(config)
-    if context:
-        from pathlib import Path
-
-        from rlkit.validate.context import run_context_checks
-        from rlkit.validate.findings import Context
-
-        ctx = Context(resolved=report.resolved, cache_dir=report.resolved.path("RLKIT_CACHE_DIR") or Path.home())
-        report.findings += run_context_checks(ctx)
-    return report
-
-
 def main(argv: list[str]) -> int:
+    from rlkit import api
+
     args = parse(argv)
-    report = preflight(args.config, args.context)
-    print(report.render(block=not args.quiet))
+    report = api.check(config_of(args), context=args.context)
+    if args.json:
+        print_json(report)
+    else:
+        print(report.render(block=not args.quiet))
     return 0 if report.ok else 1

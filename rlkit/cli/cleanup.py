@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlkit.cli._args import add_json_flag, add_set_flag, config_of, print_json
 from rlkit.config.schema import DEFAULT_PROXY_PORT
 
 
@@ -34,23 +35,21 @@ def main(argv: list[str]) -> int:
                         "else the current directory)")
     parser.add_argument("--no-k8s", action="store_true", help="skip kubernetes even when a cluster is configured")
     parser.add_argument("--namespace", help="kubernetes namespace of the pods (default $RLKIT_K8S_NAMESPACE or rlkit)")
+    add_set_flag(parser)
+    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.force and not args.experiment:
         parser.error("--force needs --experiment RUN: a live run's sandboxes go only when you name the run")
 
-    from rlkit.ops.cleanup import Policy, cleanup
+    from rlkit import api
+    from rlkit.ops.cleanup import render
 
-    root, ports, project = args.output_dir or Path.cwd(), list(args.port), args.project
-    if args.config:
-        from rlkit.config.resolve import resolve
-
-        resolved = resolve(args.config)
-        c = resolved.config
-        root = args.output_dir or resolved.path("OUTPUT_DIR") or resolved.root
-        ports = ports or [c.PROXY_PORT, c.DASHBOARD_PORT, c.RAY_PORT]
-        project = project or c.PROJECT_NAME or None
-    policy = Policy(output_root=root.resolve(), force=args.force, other_users=args.other_users)
-    report = cleanup(project, args.experiment, dry_run=args.dry_run, k8s=False if args.no_k8s else None,
-                     processes=not args.sandboxes_only, tmp=not args.sandboxes_only,
-                     ports=ports or [DEFAULT_PROXY_PORT], policy=policy, namespace=args.namespace, log=print)
+    report = api.cleanup(config_of(args), project=args.project, experiment=args.experiment, force=args.force,
+                         other_users=args.other_users, sandboxes_only=args.sandboxes_only, dry_run=args.dry_run,
+                         ports=args.port, output_dir=args.output_dir, k8s=False if args.no_k8s else None,
+                         namespace=args.namespace)
+    if args.json:
+        print_json(report)
+    else:
+        render(report, print)
     return 1 if report.errors else 0

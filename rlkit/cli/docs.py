@@ -45,13 +45,16 @@ Lowest to highest precedence; a later layer overrides an earlier one.
 | axis | `scripts/templates/{scaffold,backend,mode,engine}/<value>.env`, picked by `SCAFFOLD`, `BACKEND`, `TRAINING_MODE`, `MODEL_ENGINE` | what each axis value implies (harbor agent, verl trainer mode, engine) |
 | run | the config given to `train.sh` / `rlkit check` | the run |
 | process | the process environment | `PREFLIGHT_ONLY`, `DRY_RUN`, secrets, a few paths |
+| override | keyword arguments of the Python API (`rlkit.check(CFG, TRAIN_BSZ=8)`), `--set KEY=VALUE` | any key of the run or process layer, read as a run config line (`${KEY}` expands; `$(...)` is ✗ FATAL) |
 
 Each key lists the layers it may be set in, its home first. Setting it anywhere else is a
 ⚠ `key_layer` warning; for a key marked **strict** (it decides who runs what: the agent, the
 image, the network) it is ✗ FATAL and the value is not applied. Only the keys of the process
 layer are read from the environment. Every value a later layer replaces is said (`overrides`):
 a template replacing a site.env value is a ⚠ warning, the run config or the environment
-replacing one is listed.
+replacing one is listed. Every value records the layer it came from: the `Run configuration`
+block of `rlkit check` prints it, and so do `rlkit check --json` and
+`rlkit.check(...).resolved.layer(KEY)`.
 
 ## Ranges and secrets
 

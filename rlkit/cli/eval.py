@@ -4,7 +4,7 @@
 
 Runs k attempts per task of the model through the scaffold, the proxy and vLLM, then
 prints a table and writes <out>/eval_results.json. results.jsonl keeps every finished
-trial, so running the same command again resumes an interrupted evaluation.
+trial, so running the same command again resumes an interrupted evaluation. Python: `rlkit.eval`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 
 from rlkit.cli._pass import add_engine_flags
-
-EVAL_RESULTS = "eval_results.json"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,20 +52,16 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from pathlib import Path
 
-    from rlkit.cli._pass import engine_for, inference_for, out_dir, run_with_progress
-    from rlkit.rollout.passes import RESULTS_FILE, pass_at_k_report, write_json
-    from rlkit.tasks.index import load_index
+    from rlkit import api
+    from rlkit.cli._args import print_json
+    from rlkit.cli._pass import pass_options, progress_bar
 
     index = Path(args.index)
-    rows = load_index(index)
-    out = out_dir(args, index, "evals")
-    experiment = args.experiment or f"eval-{index.stem}"
-    model = args.model if args.agent == "model" else None
-    with inference_for(model, args, out / "logs", experiment) as stack:
-        engine = engine_for(args, args.agent, stack, out / "harbor_trials", experiment)
-        tallies = run_with_progress(engine, rows, args.attempts, out / RESULTS_FILE, f"eval {index.name}")
-    results = {"model": args.model, "index": str(index), "agent": args.agent, **pass_at_k_report(tallies, args.attempts)}
-    path = write_json(out / EVAL_RESULTS, results)
-    print_table(results)
-    print(f"✓ results: {path}")
+    with progress_bar(f"eval {index.name}", quiet=args.json) as progress:
+        result = api.eval(args.model, index, agent=args.agent, progress=progress, **pass_options(args))
+    if args.json:
+        print_json(result)
+        return 0
+    print_table(result.as_dict())
+    print(f"✓ results: {result.path}")
     return 0

@@ -7,7 +7,7 @@ Writes, under the output directory: results.jsonl (one line per finished trial; 
 same command again to resume an interrupted pass), <index>.pass_rates.parquet (a copy of
 the index with pass_rate filled in) and <index>.filtered.parquet (the rows whose pass rate
 lies inside the thresholds, default 0 < p < 1), which TRAIN_FILES can point at. Trials
-land in <out>/harbor_trials/<project>/<experiment>/step_0/.
+land in <out>/harbor_trials/<project>/<experiment>/step_0/. Python: `rlkit.rollout`.
 """
 
 from __future__ import annotations
@@ -34,35 +34,30 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from pathlib import Path
 
-    from rlkit.cli._pass import engine_for, inference_for, out_dir, run_with_progress
-    from rlkit.rollout.passes import RESULTS_FILE, difficulty_filter, results_summary, with_pass_rates
-    from rlkit.tasks.index import load_index, write_index
+    from rlkit import api
+    from rlkit.cli._args import print_json
+    from rlkit.cli._pass import pass_options, progress_bar
 
     index = Path(args.index)
-    rows = load_index(index)
-    out = out_dir(args, index, "rollouts")
-    experiment = args.experiment or index.stem
-    with inference_for(args.model_path, args, out / "logs", experiment) as stack:
-        engine = engine_for(args, args.agent or "model", stack, out / "harbor_trials", experiment)
-        tallies = run_with_progress(engine, rows, args.attempts, out / RESULTS_FILE, f"rollout {index.name}")
-
-    rated = with_pass_rates(rows, tallies)
-    rated_path = write_index(rated, out / f"{index.stem}.pass_rates.parquet")
-    kept = difficulty_filter(rated, args.min_pass_rate, args.max_pass_rate, inclusive=args.inclusive)
-    totals = results_summary(tallies)
+    with progress_bar(f"rollout {index.name}", quiet=args.json) as progress:
+        result = api.rollout(index, model_path=args.model_path, agent=args.agent, min_pass_rate=args.min_pass_rate,
+                             max_pass_rate=args.max_pass_rate, inclusive=args.inclusive, progress=progress,
+                             **pass_options(args))
+    if args.json:
+        print_json(result)
+        return 0 if result.filtered else 1
+    totals = result.totals
     print(f"✓ {totals['attempts']} trials of {totals['tasks']} tasks: {totals['passed']} passed, "
           f"{totals['graded'] - totals['passed']} failed, {totals['masked']} masked")
-    for row in rated:
-        rate = "-" if row.pass_rate is None else f"{row.pass_rate:.2f}"
-        print(f"  {row.task_id:<40} pass_rate {rate}")
-    print(f"✓ pass rates: {rated_path}")
-    bounds = "[]" if args.inclusive else "()"
-    window = f"{bounds[0]}{args.min_pass_rate:g}, {args.max_pass_rate:g}{bounds[1]}"
-    if not kept:
-        print(f"✗ no task has a pass rate in {window}: the filtered index was not written "
+    for task_id, pass_rate in result.tasks.items():
+        rate = "-" if pass_rate is None else f"{pass_rate:.2f}"
+        print(f"  {task_id:<40} pass_rate {rate}")
+    print(f"✓ pass rates: {result.pass_rates}")
+    if result.filtered is None:
+        print(f"✗ no task has a pass rate in {result.window_text()}: the filtered index was not written "
               "(widen the bounds, e.g. --inclusive)")
         return 1
-    filtered_path = write_index(kept, out / f"{index.stem}.filtered.parquet")
-    print(f"✓ {len(kept)} of {len(rated)} tasks with pass rate in {window}: {filtered_path}")
-    print(f"  use it: TRAIN_FILES={filtered_path.resolve()}")
+    print(f"✓ {len(result.kept)} of {len(result.tasks)} tasks with pass rate in {result.window_text()}: "
+          f"{result.filtered}")
+    print(f"  use it: TRAIN_FILES={result.filtered.resolve()}")
     return 0

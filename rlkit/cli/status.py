@@ -11,6 +11,8 @@ import json
 import time
 from pathlib import Path
 
+from rlkit.cli._args import add_set_flag
+
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rlkit status", description=__doc__.splitlines()[0])
@@ -20,16 +22,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--follow", "-f", action="store_true", help="refresh until the run stops (Ctrl-C to leave)")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --follow")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    add_set_flag(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    from rlkit.monitor.run import locate
-
-    ref = locate(args.target, args.root)
     try:
-        return _loop(args, ref)
+        return _loop(args)
     except BrokenPipeError:  # `rlkit status | head`: the reader left
         import os
         import sys
@@ -38,11 +38,14 @@ def main(argv: list[str]) -> int:
         return 0
 
 
-def _loop(args: argparse.Namespace, ref: object) -> int:
-    from rlkit.monitor.status import collect, render
+def _loop(args: argparse.Namespace) -> int:
+    from rlkit import api
+    from rlkit.cli._args import config_of
+    from rlkit.monitor.status import render
 
+    target = config_of(args, "target")
     while True:
-        status = collect(ref)
+        status = api.status(target, root=args.root)
         if args.json:
             print(json.dumps(status.as_dict()), flush=True)
         else:

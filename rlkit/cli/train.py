@@ -1,4 +1,4 @@
-"""`rlkit train CFG`: what scripts/train/train.sh runs.
+"""`rlkit train CFG [--set KEY=VALUE ...]`: what scripts/train/train.sh runs (`rlkit.train`).
 
   PREFLIGHT_ONLY=1  resolve, print the run configuration block and Run Validation; launch nothing.
   DRY_RUN=1         print the fully expanded launch commands (after the static checks and the model's:
@@ -14,54 +14,56 @@ Exit codes: 0 fine, 1 a FATAL finding or a failed run, 2 the config could not be
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import TYPE_CHECKING
 
+from rlkit.cli._args import config_of, print_json
 from rlkit.cli.check import parse
-
-if TYPE_CHECKING:
-    from rlkit.config.resolve import ResolvedConfig
 
 EXIT_FATAL = 1
 EXIT_NO_TRAINER = 3
 EXIT_INTERRUPTED = 130
 
-# TRAINER value -> "module:function(resolved) -> exit code". The verl path registers here.
-RUNNERS: dict[str, str] = {
-    "local": "rlkit.train.local:train_local",
-    "verl": "rlkit.launch.cluster:run",
-}
+
+def _plan_only(report) -> bool:
+    """DRY_RUN without PREFLIGHT_ONLY: only the static checks ran, and only the plan is printed."""
+    c = report.resolved.config
+    return bool(c.DRY_RUN and not c.PREFLIGHT_ONLY)
 
 
-def _dry_run_text(resolved: ResolvedConfig) -> str:
-    """What the chosen trainer will run. verl: the launch plan, with its files written (the
-    agent-loop YAML the trainer line names), so the printed commands can be pasted as they are.
-    local: the embedded trainer's vLLM, proxy and Ray. Nothing is launched."""
-    if resolved.config.TRAINER.value == "local":
-        from rlkit.train.local import dry_run_text
+def main(argv: list[str]) -> int:
+    args = parse(argv, prog="rlkit train")
+    from rlkit import api
+    from rlkit.errors import PreflightFailed, RlkitError, TrainerFailed, TrainerUnavailable, UserError
 
-        return dry_run_text(resolved)
-    from rlkit.launch.cluster import write_files
-    from rlkit.launch.plan import build_plan
+    def shown(report) -> None:  # before anything starts
+        if args.json:
+            return
+        if not _plan_only(report):
+            print(report.render(block=not args.quiet))
+        if not (report.resolved.config.DRY_RUN or report.resolved.config.PREFLIGHT_ONLY):
+            print(flush=True)
 
-    plan = build_plan(resolved)
-    write_files(plan)
-    return plan.render()
+    console = None
+    if args.json:  # stdout carries the one JSON object; the trainer's progress goes to stderr
+        from rich.console import Console
 
-
-def run_trainer(resolved: ResolvedConfig) -> int:
-    from rlkit.errors import RlkitError, UserError
-    from rlkit.registry import import_string
-
-    name = resolved.config.TRAINER.value
-    target = RUNNERS.get(name)
-    if target is None:
-        print(f"\nPreflight passed. TRAINER={name} is not available in this version of rlkit yet; nothing was "
-              "launched. Use TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / DRY_RUN=1.",
-              file=sys.stderr)
-        return EXIT_NO_TRAINER
+        console = Console(stderr=True)
     try:
-        return int(import_string(target)(resolved))  # type: ignore[operator]
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            result = api.train(config_of(args), console=console, on_preflight=shown)
+    except PreflightFailed as exc:
+        if args.json:
+            print_json(exc.report)
+        else:
+            print(exc.report.render(block=not args.quiet and not _plan_only(exc.report)))
+        return EXIT_FATAL
+    except TrainerUnavailable as exc:
+        print(f"\nPreflight passed. {exc.message}. Use TRAINER=local for the embedded trainer, or "
+              "PREFLIGHT_ONLY=1 / DRY_RUN=1.", file=sys.stderr)
+        return EXIT_NO_TRAINER
+    except TrainerFailed as exc:
+        return exc.returncode  # the trainer's own output says why
     except KeyboardInterrupt:
         print("\ninterrupted: sandboxes, Ray and vLLM were stopped; the same command resumes from the last "
               "checkpoint", file=sys.stderr)
@@ -71,30 +73,10 @@ def run_trainer(resolved: ResolvedConfig) -> int:
     except RlkitError as exc:
         print(f"\n✗ FATAL {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FATAL
-
-
-def main(argv: list[str]) -> int:
-    args = parse(argv, prog="rlkit train")
-    # Resolve once to read the process switches (they are config keys of the process layer).
-    from rlkit.config.resolve import resolve
-    from rlkit.validate.preflight import dry_run_checks, run_preflight
-
-    switches = resolve(args.config).config
-    if switches.DRY_RUN and not switches.PREFLIGHT_ONLY:
-        report = run_preflight(args.config, only=dry_run_checks())
-        if not report.ok:
-            print(report.render(block=False))
-            return EXIT_FATAL
-        print(_dry_run_text(report.resolved))
-        return 0
-    report = run_preflight(args.config)
-    print(report.render(block=not args.quiet))
-    if not report.ok:
-        return EXIT_FATAL
-    if switches.DRY_RUN:
-        print()
-        print(_dry_run_text(report.resolved))
-    if switches.PREFLIGHT_ONLY or switches.DRY_RUN:
-        return 0
-    print(flush=True)
-    return run_trainer(report.resolved)
+    if args.json:
+        print_json(result)
+    elif result.dry_run is not None:
+        if not _plan_only(result.report):
+            print()
+        print(result.dry_run)
+    return 0

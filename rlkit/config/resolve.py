@@ -1,4 +1,4 @@
-"""Layered resolution: default < site.env < axis modules < run config < process switches.
+"""Layered resolution: default < site.env < axis modules < run config < process switches < overrides.
 
 The result keeps, for every key, its final value, the layer and file:line it came
 from, and everything that went wrong on the way (parse errors, unknown keys, keys set
@@ -8,19 +8,27 @@ those into findings; nothing here prints or exits.
 Relative paths resolve against the project root: the nearest ancestor of the config
 file (else of the current directory) that holds `scripts/templates/`; failing both,
 the current directory.
+
+Overrides (keyword arguments of the Python API, `--set KEY=VALUE`) are the top layer: read as run
+config lines (rlkit.config.overrides), they may set any key of the run or process layer, and an
+axis key among them picks its axis module as a run config's would.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from rlkit.config.envfile import REF_RE, Entry, EnvFile, read_env_file
 from rlkit.config.files import clip
+from rlkit.config.overrides import as_text, override_entries
+from rlkit.config.paths import RunPaths
 from rlkit.config.schema import (
     AXIS_KEYS,
     FIELDS,
@@ -87,7 +95,7 @@ class ResolvedConfig:
     layer_files: dict[Layer, list[str]] = field(default_factory=dict)
     unknown: list[tuple[Entry, Layer]] = field(default_factory=list)
     misplaced: list[Misplaced] = field(default_factory=list)
-    overrides: list[Override] = field(default_factory=list)
+    replaced: list[Override] = field(default_factory=list)  # values a later layer replaced
     errors: list[ConfigError] = field(default_factory=list)  # parse and reference errors
     type_errors: list[ConfigError] = field(default_factory=list)
     duplicates: list[tuple[Entry, Entry]] = field(default_factory=list)
@@ -95,6 +103,8 @@ class ResolvedConfig:
     env_near_misses: list[tuple[str, str]] = field(default_factory=list)  # (environment name, process key)
     notes: list[ConfigError] = field(default_factory=list)  # harmless oddities of the files (a BOM)
     secrets: set[str] = field(default_factory=set)  # every secret value seen, for masking by value
+    overrides: dict[str, str] = field(default_factory=dict)  # the override layer as given (text)
+    environ: dict[str, str] | None = field(default=None, repr=False)  # the process environment it was resolved in
 
     def path(self, key: str) -> Path | None:
         """A path-valued key, absolute (None when empty)."""
@@ -103,6 +113,32 @@ class ResolvedConfig:
 
     def where(self, key: str) -> str:
         return self.values[key].where
+
+    def public_overrides(self) -> dict[str, str]:
+        """The overrides that may be written down (a run lock, a command line): secret keys left out."""
+        return {k: v for k, v in self.overrides.items() if k not in SECRET_KEYS}
+
+    def secret_overrides(self) -> dict[str, str]:
+        """Overridden secret keys: a child process gets them in its environment, never on its command line."""
+        return {k: v for k, v in self.overrides.items() if k in SECRET_KEYS}
+
+    def layer(self, key: str) -> Layer:
+        """The layer `key`'s value came from (default, site, axis, run, process or override)."""
+        return self.values[key].layer
+
+    def run_paths(self) -> RunPaths:
+        """Where this run's logs, checkpoints and trials live (OUTPUT_DIR/PROJECT_NAME/EXP_NAME)."""
+        c = self.config
+        return RunPaths(self.path("OUTPUT_DIR") or self.root, c.PROJECT_NAME or "default", c.EXP_NAME or "default")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every value with its layer and origin, secrets masked (the JSON of `rlkit check --json`)."""
+        values = {}
+        for name in KEYS:
+            v = self.values[name]
+            values[name] = {"value": mask_secrets(masked(v), self), "layer": v.layer.value, "where": v.where}
+        return {"config": str(self.config_path), "root": str(self.root), "overrides": sorted(self.overrides),
+                "values": values}
 
 
 def resolve_path(text: str, root: Path) -> Path:
@@ -183,6 +219,8 @@ def _env_near_misses(environ: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def _file(value: Value) -> str | None:
+    if value.layer is Layer.OVERRIDE:
+        return value.where
     return value.where.rsplit(":", 1)[0] if ":" in value.where else None
 
 
@@ -250,11 +288,14 @@ def _type_fix(name: str) -> str:
         kind, f"write a {kind}")
 
 
-def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> ResolvedConfig:
-    """Resolve a run config through all layers. Raises ConfigError only when the run config cannot be read."""
+def resolve(config_path: str | Path, environ: Mapping[str, str] | None = None, *,
+            overrides: Mapping[str, object] | None = None) -> ResolvedConfig:
+    """Resolve a run config through all layers, `overrides` on top. Raises ConfigError only when the
+    run config cannot be read; every other problem is data for the checks."""
     environ = dict(os.environ if environ is None else environ)
     path = Path(config_path)
     run_file = read_env_file(path, secret_keys=SECRET_KEYS)
+    override_file = override_entries(overrides or {}, SECRET_KEYS)
     root = find_project_root(path)
     site_path = site_env_path(root, environ)
     site_file = read_env_file(site_path, secret_keys=SECRET_KEYS) if site_path else EnvFile(path="")
@@ -262,7 +303,8 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     values: dict[str, Value] = {k: Value(k, default_text(k), Layer.DEFAULT, "built-in") for k in KEYS}
     literal: set[str] = set()
     rejected: dict[str, str] = {}  # keys whose line was rejected: not "empty", but unreadable
-    out = ResolvedConfig(config_path=path, root=root, values=values, config=RunConfig())
+    out = ResolvedConfig(config_path=path, root=root, values=values, config=RunConfig(), environ=environ,
+                         overrides={k: as_text(v) for k, v in (overrides or {}).items()})
     out.layer_files = {Layer.SITE: [str(site_path)] if site_path else [], Layer.RUN: [str(path)]}
 
     def apply(env: EnvFile, layer: Layer) -> None:
@@ -279,14 +321,20 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
             if entry.key not in FIELDS:
                 out.unknown.append((entry, layer))
                 continue
-            if layer not in key_layers(entry.key):
+            allowed = key_layers(entry.key)
+            if layer is Layer.OVERRIDE:  # an override stands in for a run config line or the environment
+                if Layer.RUN not in allowed and Layer.PROCESS not in allowed:
+                    out.misplaced.append(Misplaced(entry, layer))
+                    if is_strict(entry.key):
+                        continue  # who runs what is never taken from another layer, an override's either
+            elif layer not in allowed:
                 out.misplaced.append(Misplaced(entry, layer))
                 if is_strict(entry.key):
                     continue  # who runs what (agent, image, network) is never taken from another layer
             new = Value(entry.key, entry.value, layer, entry.where)
             old = values[entry.key]
             if old.layer is not Layer.DEFAULT and old.text != new.text:
-                out.overrides.append(Override(entry.key, old, new))
+                out.replaced.append(Override(entry.key, old, new))
             values[entry.key] = new
             literal.discard(entry.key)
             if entry.literal:
@@ -295,9 +343,10 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
     apply(site_file, Layer.SITE)
     # The axis values pick the modules; they come from the layers above and below the axis layer.
     pre = dict(values)
-    for entry in run_file.entries:
-        if entry.key in AXIS_KEYS:
-            pre[entry.key] = Value(entry.key, entry.value, Layer.RUN, entry.where)
+    for layer, env in ((Layer.RUN, run_file), (Layer.OVERRIDE, override_file)):
+        for entry in env.entries:
+            if entry.key in AXIS_KEYS:
+                pre[entry.key] = Value(entry.key, entry.value, layer, entry.where)
     tdir = templates_dir(root)
     axis_files: list[str] = []
     for axis_key, folder in AXIS_KEYS.items():
@@ -316,9 +365,10 @@ def resolve(config_path: str | Path, environ: dict[str, str] | None = None) -> R
         if name in environ:
             new = Value(name, environ[name], Layer.PROCESS, "environment")
             if values[name].layer is not Layer.DEFAULT and values[name].text != new.text:
-                out.overrides.append(Override(name, values[name], new))
+                out.replaced.append(Override(name, values[name], new))
             values[name] = new
             literal.add(name)  # the environment is taken as is, never expanded
+    apply(override_file, Layer.OVERRIDE)
 
     out.env_near_misses = _env_near_misses(environ)
     out.values = _expand(values, literal, out.errors)
@@ -348,6 +398,6 @@ def render_block(resolved: ResolvedConfig) -> str:
         if is_path(name) and shown and not v.secret and name not in resolved.bad_keys:
             shown = str(resolve_path(shown, resolved.root))
         shown = clip(shown.encode("unicode_escape").decode("ascii") if not shown.isprintable() else shown, 120)
-        origin = v.layer.value if v.layer is Layer.DEFAULT else f"{v.layer.value:<7} {v.where}"
+        origin = v.layer.value if v.layer in (Layer.DEFAULT, Layer.OVERRIDE) else f"{v.layer.value:<7} {v.where}"
         lines.append(f"  {name.ljust(width)} = {shown or '(empty)':<40} [{origin}]")
     return mask_secrets("\n".join(lines), resolved)  # a value that embeds a secret: masked here too

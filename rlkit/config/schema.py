@@ -11,6 +11,8 @@ Layers, lowest to highest precedence:
   axis     scripts/templates/<axis>/<value>.env, composed from SCAFFOLD/BACKEND/TRAINING_MODE/MODEL_ENGINE
   run      the run config given on the command line
   process  a few switches read from the process environment (PREFLIGHT_ONLY, DRY_RUN, secrets)
+  override keyword arguments of the Python API (`rlkit.check(CFG, TRAIN_BSZ=8)`) and `--set KEY=VALUE`:
+           any key a run config or the process environment may set, read as a run config line is
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ class Layer(StrEnum):
     AXIS = "axis"
     RUN = "run"
     PROCESS = "process"
+    OVERRIDE = "override"
 
 
-LAYER_ORDER: tuple[Layer, ...] = (Layer.DEFAULT, Layer.SITE, Layer.AXIS, Layer.RUN, Layer.PROCESS)
+LAYER_ORDER: tuple[Layer, ...] = (Layer.DEFAULT, Layer.SITE, Layer.AXIS, Layer.RUN, Layer.PROCESS, Layer.OVERRIDE)
 
 
 class Scaffold(StrEnum):

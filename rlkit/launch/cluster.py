@@ -268,6 +268,7 @@ def run(resolved: ResolvedConfig) -> int:
     plan = build_plan(resolved)
     print(plan.render(), flush=True)
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME, c.EXP_NAME)
-    lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path))
+    lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path),
+                   overrides=resolved.public_overrides())
     return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
                    waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock)

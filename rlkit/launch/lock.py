@@ -6,6 +6,7 @@ JSON fields:
   heartbeat  ISO-8601 UTC, refreshed every HEARTBEAT_S while the run lives
   project, exp, step (the last finished step), phase (rollout | update | sync | save | validate | ...)
   config     the run config's path             reaper_pid the process that cleans up if the trainer is killed
+  overrides  {KEY: text} given on top of the config (keyword arguments, --set); absent when none
 
 A lock whose pid is gone (same host) or whose heartbeat is older than STALE_S is stale:
 the next run takes it over. A live lock makes a second run of the same EXP_NAME refuse.
@@ -62,11 +63,14 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 class RunLock:
     """Take with `acquire()`; `update(step=..., phase=...)` as the run moves; `release()` at the end."""
 
-    def __init__(self, path: Path, *, project: str, exp: str, config: str = "") -> None:
+    def __init__(self, path: Path, *, project: str, exp: str, config: str = "",
+                 overrides: dict[str, str] | None = None) -> None:
         self.path = path
         self.data: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(),
                                      "started": _now(), "heartbeat": _now(), "project": project, "exp": exp,
                                      "step": 0, "phase": "starting", "config": config}
+        if overrides:  # readers (rlkit status EXP) resolve the config with them, as the run did
+            self.data["overrides"] = dict(overrides)
         self.previous: dict[str, Any] | None = None  # a stale lock this run took over
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

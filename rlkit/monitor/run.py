@@ -13,11 +13,14 @@ import datetime as dt
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlkit.config.owner import read_lock
 from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
+
+if TYPE_CHECKING:
+    from rlkit.config.resolve import ResolvedConfig
 
 STALE_S = 120.0  # a heartbeat older than this on another host: the run is gone
 QUIET_S = 3600.0  # a lock-less run (verl's) whose files were not written for this long is not running
@@ -35,10 +38,15 @@ class RunRef:
     settings: dict[str, str] = field(default_factory=dict)
 
 
-def _from_config(path: Path) -> RunRef:
+def _from_config(path: Path, overrides: dict[str, str] | None = None) -> RunRef:
     from rlkit.config.resolve import resolve
 
-    resolved = resolve(path)
+    return ref_of(resolve(path, overrides=overrides))
+
+
+def ref_of(resolved: ResolvedConfig) -> RunRef:
+    """The run a resolved config names."""
+    path = resolved.config_path
     cfg = resolved.config
     root = resolved.path("OUTPUT_DIR") or resolved.root
     paths = RunPaths(root, cfg.PROJECT_NAME or "default", cfg.EXP_NAME or "default")
@@ -47,12 +55,12 @@ def _from_config(path: Path) -> RunRef:
                   {k: str(getattr(cfg, k)) for k in ("MAX_RESP", "TRAIN_BSZ", "N_RESP", "SCAFFOLD", "MODEL_PATH")})
 
 
-def locate(target: str | None, root: Path | None = None) -> RunRef:
-    """A run config path, or an experiment name looked up under logs/ of `root` (default: the current folder).
-    With nothing given: the most recently written run under logs/."""
+def locate(target: str | None, root: Path | None = None, overrides: dict[str, str] | None = None) -> RunRef:
+    """A run config path (with `overrides` on top), or an experiment name looked up under logs/ of `root`
+    (default: the current folder). With nothing given: the most recently written run under logs/."""
     root = (root or Path.cwd()).resolve()
     if target and (target.endswith(".env") or Path(target).is_file()):
-        return _from_config(Path(target))
+        return _from_config(Path(target), overrides)
     logs = root / "logs"
     if not target:
         candidates = sorted((p for p in logs.glob("*.log") if not p.stem.endswith(("_vllm", "_proxy", "_reaper",
@@ -73,8 +81,9 @@ def locate(target: str | None, root: Path | None = None) -> RunRef:
     ref = RunRef(RunPaths(root, project, exp))
     config = (lock or {}).get("config")
     if config and Path(config).is_file():
+        recorded = (lock or {}).get("overrides")
         try:
-            return _from_config(Path(config))
+            return _from_config(Path(config), recorded if isinstance(recorded, dict) else None)
         except UserError:
             pass
     return ref

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlkit.config.files import FileReadError, read_int
@@ -99,14 +99,42 @@ def merge(path: Path, target: Path | None = None, *, python: str = sys.executabl
 
 
 @dataclass
+class MergeResult:
+    """A merged checkpoint: the actor folder read, the Hugging Face folder written, verl's command."""
+
+    actor: Path
+    target: Path
+    command: list[str]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"actor": str(self.actor), "target": str(self.target), "command": self.command}
+
+
+def merge_checkpoint(path: Path, target: Path | None = None, *, python: str = sys.executable) -> MergeResult:
+    """`merge`, answering what was merged from where (`rlkit ckpt merge`, `rlkit.ckpt_merge`)."""
+    actor = actor_dir(Path(path))
+    target = (Path(target) if target else default_target(actor)).expanduser()
+    return MergeResult(actor, merge(actor, target, python=python), merge_command(actor, target, python))
+
+
+@dataclass
 class PrunePlan:
     root: Path
     shards: list[Path]
     kept_latest: int | None  # the step left whole
+    sizes: list[int] = field(default_factory=list)  # bytes of each shard when planned
+    deleted: bool = False  # prune() ran on it
+    freed: int = 0  # bytes prune() freed
 
     @property
     def bytes(self) -> int:
         return sum(p.stat().st_size for p in self.shards if p.exists())
+
+    def as_dict(self) -> dict[str, object]:
+        """`rlkit ckpt prune --json`: the optimizer shards (and sizes) that go, or went."""
+        shards = [{"path": str(p), "bytes": n} for p, n in zip(self.shards, self.sizes, strict=True)]
+        return {"root": str(self.root), "shards": shards, "kept_latest": self.kept_latest, "deleted": self.deleted,
+                "bytes": sum(self.sizes), "freed": self.freed}
 
 
 def plan_prune(root: Path, *, include_latest: bool = False) -> PrunePlan:
@@ -122,11 +150,11 @@ def plan_prune(root: Path, *, include_latest: bool = False) -> PrunePlan:
             continue
         for role in sorted(p for p in folder.iterdir() if p.is_dir()):
             shards += sorted(p for p in role.iterdir() if (m := _SHARD.match(p.name)) and m.group(1) == "optim")
-    return PrunePlan(root, shards, None if include_latest else latest)
+    return PrunePlan(root, shards, None if include_latest else latest, sizes=[p.stat().st_size for p in shards])
 
 
 def prune(plan: PrunePlan) -> int:
-    """Delete the plan's shards; returns bytes freed."""
+    """Delete the plan's shards; returns bytes freed (also kept on the plan)."""
     freed = 0
     for shard in plan.shards:
         try:
@@ -135,6 +163,7 @@ def prune(plan: PrunePlan) -> int:
         except FileNotFoundError:
             continue
         freed += size
+    plan.deleted, plan.freed = True, freed
     return freed
 
 

@@ -40,6 +40,14 @@ class CleanupReport:
     def nothing_done(self) -> bool:
         return not self.removed and not self.errors
 
+    def as_dict(self) -> dict:
+        """`rlkit cleanup --json`: what went (or would go), what stayed and why, errors and warnings."""
+        def items(found: list[Removed]) -> list[dict[str, str]]:
+            return [{"kind": r.kind, "name": r.name, "detail": r.detail} for r in found]
+
+        return {"dry_run": self.dry_run, "removed": items(self.removed), "kept": items(self.kept),
+                "errors": self.errors, "warnings": self.warnings}
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,3 +184,72 @@ def write_json(path: Path, data: Any) -> Path:
     tmp.write_text(json.dumps(data, indent=2, default=str))
     tmp.replace(path)
     return path
+
+
+@dataclass
+class RolloutResult:
+    """What `rlkit rollout` / `rlkit.rollout` produced: pass rates per task, where the indexes went."""
+
+    index: Path
+    out: Path
+    results: Path  # results.jsonl: one line per finished trial (a rerun resumes from it)
+    pass_rates: Path  # the index with pass_rate filled in
+    filtered: Path | None  # the rows inside the window; None when no task is inside it (nothing written)
+    window: tuple[float, float, bool]  # (low, high, inclusive)
+    totals: dict[str, int]
+    tasks: dict[str, float | None]  # task_id -> pass rate (None: no graded attempt)
+    kept: list[str] = field(default_factory=list)  # task ids in the filtered index
+
+    def window_text(self) -> str:
+        low, high, inclusive = self.window
+        bounds = "[]" if inclusive else "()"
+        return f"{bounds[0]}{low:g}, {high:g}{bounds[1]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        low, high, inclusive = self.window
+        return {"index": str(self.index), "out": str(self.out), "results": str(self.results),
+                "pass_rates": str(self.pass_rates), "filtered": str(self.filtered) if self.filtered else None,
+                "window": {"min": low, "max": high, "inclusive": inclusive}, "totals": self.totals,
+                "tasks": self.tasks, "kept": self.kept}
+
+
+def rollout_result(index: Path, out: Path, rows: Sequence[IndexRow], tallies: dict[str, TaskTally], *,
+                   low: float = 0.0, high: float = 1.0, inclusive: bool = False) -> RolloutResult:
+    """Write `<index>.pass_rates.parquet` and (when a task lies in the window) `<index>.filtered.parquet`."""
+    from rlkit.tasks.index import write_index
+
+    rated = with_pass_rates(rows, tallies)
+    rated_path = write_index(rated, out / f"{index.stem}.pass_rates.parquet")
+    kept = difficulty_filter(rated, low, high, inclusive=inclusive)
+    filtered = write_index(kept, out / f"{index.stem}.filtered.parquet") if kept else None
+    return RolloutResult(index=index, out=out, results=out / RESULTS_FILE, pass_rates=rated_path, filtered=filtered,
+                         window=(low, high, inclusive), totals=results_summary(tallies),
+                         tasks={row.task_id: row.pass_rate for row in rated}, kept=[row.task_id for row in kept])
+
+
+@dataclass
+class EvalResult:
+    """What `rlkit eval` / `rlkit.eval` measured: pass@1 and pass@k per task and overall."""
+
+    model: str
+    index: Path
+    agent: str
+    k: int
+    overall: dict[str, float | None]
+    tasks: dict[str, dict[str, Any]]
+    path: Path  # eval_results.json (as_dict without "path")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "index": str(self.index), "agent": self.agent, "k": self.k,
+                "overall": self.overall, "tasks": self.tasks, "path": str(self.path)}
+
+
+def eval_result(model: str, index: Path, agent: str, k: int, tallies: dict[str, TaskTally], path: Path) -> EvalResult:
+    """pass@k of the tallies, written to `path` (eval_results.json)."""
+    report = pass_at_k_report(tallies, k)
+    result = EvalResult(model=model, index=index, agent=agent, k=k, overall=report["overall"], tasks=report["tasks"],
+                        path=path)
+    data = result.as_dict()
+    data.pop("path")
+    write_json(path, data)
+    return result

@@ -130,3 +130,70 @@ def write_task_ok(index: Path, healths: Sequence[TaskHealth]) -> int:
     metadata[TASK_CHECK_KEY.encode()] = json.dumps({"checked": len(verdicts), "broken": broken}).encode()
     pq.write_table(table.replace_schema_metadata(metadata), index)
     return len(broken)
+
+
+@dataclass
+class TaskCheckResult:
+    """What `rlkit tasks check` / `rlkit.tasks_check` found: one verdict per task."""
+
+    source: Path
+    tasks: list[TaskHealth]
+    wrote_index: bool = False
+
+    @property
+    def broken(self) -> list[TaskHealth]:
+        return [h for h in self.tasks if not h.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.broken
+
+    def as_dict(self) -> dict[str, Any]:
+        def reward(outcome: TrialOutcome | None) -> float | None:
+            return None if outcome is None else outcome.reward
+
+        return {"source": str(self.source), "ok": self.ok, "healthy": len(self.tasks) - len(self.broken),
+                "broken": len(self.broken), "wrote_index": self.wrote_index,
+                "tasks": [{"task_id": h.task_id, "image": h.image, "ok": h.ok, "problems": h.problems,
+                           "oracle_reward": reward(h.oracle), "nop_reward": reward(h.nop)} for h in self.tasks]}
+
+
+def run_task_check(source: Path, *, concurrency: int = 4, write_index: bool = False, trials_dir: Path | None = None,
+                   registry: str | None = None, network: str | None = None,
+                   progress: Callable[[int, int, str, str], None] | None = None,
+                   log: Callable[[str], None] | None = None) -> TaskCheckResult:
+    """Check every task of `source` (a task dir, a dir of task dirs, or a task index): base image,
+    task images, then the oracle and the no-op agent in real sandboxes. With `write_index` (an index
+    only) the verdicts go into its task_ok column. `progress(done, total, task_id, what)` follows
+    each image and trial; `log` gets the base image build's lines."""
+    import tempfile
+
+    from rlkit.errors import UserError
+    from rlkit.sandbox.base_image import ensure_base_image
+    from rlkit.tasks.images import discover_tasks
+
+    source = Path(source)
+    is_index = source.is_file() and source.suffix == ".parquet"
+    if write_index and not is_index:
+        raise UserError(f"--write-index needs a task index, not {source}", key="--write-index",
+                        fix="build one with `rlkit index build TASKS_DIR -o FILE.parquet` and check that")
+    if concurrency < 1:
+        raise UserError("--concurrency must be >= 1", key="--concurrency", fix="e.g. --concurrency 4")
+    specs = discover_tasks(source, registry=registry)
+    if any(spec.dockerfile and not spec.prebuilt for spec in specs):
+        ensure_base_image(log=log or (lambda _msg: None))
+    env = {"network": network} if network else {}
+    total, done = 3 * len(specs), 0
+
+    def step(task_id: str, what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total, task_id, what)
+
+    with tempfile.TemporaryDirectory(prefix="rlkit-tasks-check-") as tmp:
+        healths = asyncio.run(check_tasks(specs, trials_root=Path(trials_dir) if trials_dir else Path(tmp),
+                                          max_concurrency=concurrency, environment_kwargs=env, progress=step))
+    if write_index:
+        write_task_ok(source, healths)
+    return TaskCheckResult(source, healths, wrote_index=write_index)

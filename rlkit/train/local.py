@@ -237,7 +237,7 @@ class LocalTrainer:
 
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         lock = RunLock(self.paths.lock, project=self.paths.project, exp=self.paths.exp,
-                       config=str(self.resolved.config_path))
+                       config=str(self.resolved.config_path), overrides=self.resolved.public_overrides())
         lock.acquire()
         reaper = start_reaper(self.paths.lock)
         lock.update(reaper_pid=reaper.pid)

@@ -52,6 +52,10 @@ class Finding:
         if self.where:
             object.__setattr__(self, "where", clean(self.where, limit=200, keep=""))
 
+    def as_dict(self) -> dict[str, str | None]:
+        return {"check": self.check, "status": self.status.value, "message": self.message, "fix": self.fix,
+                "key": self.key, "where": self.where}
+
     def render(self) -> str:
         head = f"{MARKS[self.status]} {self.check}: {self.message}"
         if self.where:

@@ -1,19 +1,20 @@
 """Preflight: resolve a run config, then run every check (static, then world).
 
-`run_preflight` returns a report of findings; it never prints or exits. The CLI
-(`rlkit check`, `rlkit train` with PREFLIGHT_ONLY=1) renders it and picks the exit code.
+`run_preflight` returns a report of findings; it never prints or exits. `rlkit.check` returns it;
+the CLI (`rlkit check`, `rlkit train` with PREFLIGHT_ONLY=1) renders it and picks the exit code.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlkit.config.display import clean
 from rlkit.config.resolve import ResolvedConfig, render_block, resolve
-from rlkit.errors import UserError
+from rlkit.errors import PreflightFailed, UserError
 from rlkit.validate.findings import CHECKS, ORDER, Check, Context, Finding, Phase, Status
 
 # Every check is bounded in time and output: a hung check becomes a FATAL, and a check with
@@ -50,6 +51,28 @@ class PreflightReport:
 
     def by_check(self, name: str) -> list[Finding]:
         return [f for f in self.findings if f.check == name]
+
+    def counts(self) -> dict[str, int]:
+        return {s.value: sum(f.status is s for f in self.findings) for s in Status}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON data (`rlkit check --json`): ok, counts, every finding, every value and its layer."""
+        findings = [{k: clean(v, secrets=self.resolved) if isinstance(v, str) else v for k, v in f.as_dict().items()}
+                    for f in self.findings]
+        return {"ok": self.ok, "counts": self.counts(), "findings": findings, **self.resolved.as_dict()}
+
+    def raise_if_fatal(self) -> PreflightReport:
+        """Raise `PreflightFailed` (key, file and fix of the first FATAL finding) unless the report is ok."""
+        if self.ok:
+            return self
+        first = self.fatal[0]
+        file, _, line = (first.where or "").rpartition(":")
+        if not line.isdigit():
+            file, line = first.where or "", ""
+        more = f" (and {len(self.fatal) - 1} more FATAL finding(s))" if len(self.fatal) > 1 else ""
+        raise PreflightFailed(self, message=clean(f"{first.check}: {first.message}{more}", secrets=self.resolved),
+                              fix=clean(first.fix, secrets=self.resolved), key=first.key, file=file or None,
+                              line=int(line) if line else None)
 
     def render(self, *, block: bool = True) -> str:
         parts = [render_block(self.resolved), ""] if block else []
@@ -132,12 +155,20 @@ def dry_run_checks() -> tuple[str, ...]:
     return (*(n for n in ORDER if CHECKS.get(n).phase is Phase.STATIC), *DRY_RUN_WORLD_CHECKS)
 
 
-def run_preflight(config_path: str | Path, *, environ: dict[str, str] | None = None,
-                  cache_dir: str | Path | None = None, probe_runner: Callable[[list[str]], str] | None = None,
+def run_preflight(config: str | Path | ResolvedConfig, *, environ: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, object] | None = None, cache_dir: str | Path | None = None,
+                  probe_runner: Callable[[list[str]], str] | None = None,
                   phases: Iterable[Phase] = (Phase.STATIC, Phase.WORLD),
-                  only: Iterable[str] | None = None) -> PreflightReport:
-    """Resolve `config_path` through all layers and run Run Validation on it."""
-    resolved = resolve(config_path, environ)
+                  only: Iterable[str] | None = None, context: bool = False) -> PreflightReport:
+    """Resolve `config` through all layers (`overrides` on top; an already resolved config is used
+    as it is) and run Run Validation on it. `context` adds what a shared machine needs before a
+    launch: this run in flight (its lock, stray processes, a live Ray head) and the GPUs' owners."""
+    resolved = config if isinstance(config, ResolvedConfig) else resolve(config, environ, overrides=overrides)
     cache = Path(cache_dir) if cache_dir is not None else resolved.path("RLKIT_CACHE_DIR")
     ctx = Context(resolved=resolved, cache_dir=cache or Path.home() / ".cache" / "rlkit", probe_runner=probe_runner)
-    return PreflightReport(resolved, run_checks(ctx, phases, only))
+    findings = run_checks(ctx, phases, only)
+    if context:
+        from rlkit.validate.context import run_context_checks
+
+        findings += run_context_checks(ctx)
+    return PreflightReport(resolved, findings)

@@ -97,7 +97,7 @@ def overrides(ctx: Context) -> list[Finding]:
     """Every value a later layer replaced, said: a template replacing a site.env value is a warning (the
     cluster's setting silently lost); the run config or the environment replacing one is listed."""
     out, listed = [], []
-    for o in ctx.resolved.overrides:
+    for o in ctx.resolved.replaced:
         was = f"{o.key}={_shown(o.earlier.text, o.key)} ({o.earlier.layer.value}, {o.earlier.where})"
         now = f"{_shown(o.later.text, o.key)} ({o.later.layer.value}, {o.later.where})"
         if o.later.layer is Layer.AXIS:
