@@ -25,10 +25,12 @@ def _train_files_finding(filtered: Path):
     from rlkit.validate.preflight import run_preflight
 
     # TRAIN_FILES is a run key (the process env cannot override it): the embedded config, pointed at `filtered`
+    # (TRAIN_BSZ=MINI_BSZ=1: a filtered index may hold fewer tasks than the embedded default's prompts a step)
     lines = [line for line in EMBEDDED.read_text().splitlines()
-             if not line.startswith(("TRAIN_FILES=", "VAL_FILES="))]
+             if not line.startswith(("TRAIN_FILES=", "VAL_FILES=", "TRAIN_BSZ=", "MINI_BSZ="))]
     config = filtered.with_name("run.env")
-    config.write_text("\n".join([*lines, f"TRAIN_FILES={filtered}", f"VAL_FILES={filtered}", ""]))
+    config.write_text("\n".join([*lines, f"TRAIN_FILES={filtered}", f"VAL_FILES={filtered}", "TRAIN_BSZ=1",
+                                 "MINI_BSZ=1", ""]))
     report = run_preflight(config, only=["data_files"])
     [finding] = [f for f in report.findings if "TRAIN_FILES" in f.message]
     return finding
