@@ -70,7 +70,8 @@ def prepare(out: Path) -> tuple[Path, Path]:
 def run_config(out: Path, arm: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
                lr: str) -> Path:
     """The embedded default's config with this run's keys replaced (a config is parsed, never sourced)."""
-    overrides = {"EXP_NAME": f"{arm}-s{seed}", "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
+    overrides = {**dict(kv.split("=", 1) for kv in args.set),
+                 "EXP_NAME": f"{arm}-s{seed}", "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
                  "MODEL_PATH": str(model), "VAL_FILES": str(val_index), "VAL_N": str(args.val_n),
                  "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.steps), "TRAINER_SAVE_FREQ": "-1",
                  "RESUME_MODE": "disable"}
@@ -172,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", default=None, help="the rl arm's LR (default: the embedded config's)")
     parser.add_argument("--out", type=Path, default=ROOT / ".rlkit" / "bench" / "learning")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap draws")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
     args = parser.parse_args(argv)
     from rlkit.config.resolve import resolve
     from rlkit.rollout.passk import paired_gain_interval, pass1_interval
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = f"{run['wall_s'] / 60:.1f} min" if run["wall_s"] else "n/a"
         lines.append(f"| {run['exp']} | {values} | {wall} |")
     png = out / "reward_per_step.png"
-    report = {"seeds": seeds, "steps": args.steps, "val_n": args.val_n, "lr": lr, "summary": summary,
+    report = {"seeds": seeds, "steps": args.steps, "val_n": args.val_n, "lr": lr, "set": args.set, "summary": summary,
               "runs": runs, "plot": str(png), "bench_wall_s": time.perf_counter() - started}
     plot(report, png)
     lines += ["", f"plot: {png}", f"bench wall: {report['bench_wall_s'] / 60:.1f} min (runs skipped when done)"]
