@@ -59,11 +59,20 @@ def run_trainer(resolved: ResolvedConfig) -> int:
               "launched. Use TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / DRY_RUN=1.",
               file=sys.stderr)
         return EXIT_NO_TRAINER
+    from rlkit.train.stop import RunStopped, interrupted_message
+
     try:
         return int(import_string(target)(resolved))  # type: ignore[operator]
+    except RunStopped as exc:  # a stop that saved: it says what
+        print(f"\n{exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        print("\ninterrupted: sandboxes, Ray and vLLM were stopped; the same command resumes from the last "
-              "checkpoint", file=sys.stderr)
+        from rlkit.config.paths import RunPaths
+
+        c = resolved.config
+        paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME or "default",
+                         c.EXP_NAME or "default")
+        print(f"\n{interrupted_message(paths.checkpoints)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except UserError:
         raise  # rlkit.cli.main renders it with its fix
