@@ -233,11 +233,17 @@ def _tail_lines(path: Path, max_bytes: int) -> Iterable[str]:
     return step_lines_from_end(path, max_bytes, marker=True)
 
 
+def latest_attempt(paths: RunPaths) -> Attempt | None:
+    """The last line of logs/<exp>_attempts.jsonl (None for a run from before attempt markers)."""
+    return next((a for a in map(parse_attempt, lines_from_end(paths.attempts)) if a is not None), None)
+
+
 def tail(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20, max_lines: int = 10_000) -> Tail:
     """The last `n` step records in effect, read from the end of the file in blocks (a 1 GB log costs its last
-    blocks only; at most `max_bytes` / `max_lines` are looked through), and the latest attempt."""
+    blocks only; at most `max_bytes` / `max_lines` are looked through), and the latest attempt. Records read
+    before reaching any marker are the latest attempt's."""
     path = metrics_file(paths)
-    out = Tail([])
+    out = Tail([], latest_attempt(paths))
     if path is None:
         return out
     parse = parse_jsonl_line if path.suffix == ".jsonl" else parse_console_line
@@ -247,7 +253,7 @@ def tail(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20, max_lines: int
     for line in _bounded(_tail_lines(path, max_bytes), max_lines):
         attempt = parse_attempt(line)
         if attempt is not None:
-            if out.attempt is None:
+            if ceiling is None:  # the first marker from the end is the latest attempt's
                 out.attempt, out.latest = attempt, len(found)
             ceiling = attempt.from_step if ceiling is None else min(ceiling, attempt.from_step)
             continue
@@ -258,7 +264,7 @@ def tail(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20, max_lines: int
         found.append(record)
         if len(found) >= n:
             break
-    if out.attempt is None:
+    if ceiling is None:  # no marker in reach: every record read is the latest attempt's
         out.latest = len(found)
     out.records = found[::-1]
     return out

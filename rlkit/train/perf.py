@@ -5,15 +5,18 @@
     perf/total_num_tokens, perf/throughput    verl's names: the batch's tokens, and them / timing_s/step
     perf/mfu/actor              verl's FlopsCounter estimate of the update's FLOP/s over this machine's peak
 
-verl divides by a table of GPU peaks (a CPU counts as 448 GFLOP/s there). The local trainer
-divides by a peak measured on this machine instead: a dense fp32 matmul with as many threads
-as the policy actor uses, run once in a subprocess and cached in RLKIT_CACHE_DIR per machine
-(host, CPU model, cores, torch version).
+The FLOP/s estimate is verl's per-model formula (`verl.utils.flops_counter.ESTIMATE_FUNC`, what
+its FlopsCounter calls). verl divides it by a table of GPU peaks, looked up through the CUDA
+device; the local trainer divides by a peak measured on this machine instead: a dense fp32
+matmul with as many threads as the policy actor uses, run once in a subprocess and cached in
+RLKIT_CACHE_DIR per machine (host, CPU model, cores). None of this may stop a run: a failure
+logs once and leaves the perf metrics out.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import socket
@@ -25,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+log = logging.getLogger(__name__)
 PEAK_FILE = "peak_flops.json"
 MATMUL_N = 1024
 MEASURE_S = 1.5
@@ -90,9 +94,11 @@ class StepPerf:
     def __init__(self, model_path: str | Path, cache_dir: Path | None) -> None:
         self.model_path = Path(model_path)
         self.cache_dir = cache_dir
-        self._counter: Any = None
+        self._estimate: Any = None  # verl's FLOP/s formula for this model type
+        self._config: Any = None
         self._peak: float | None = None
         self._ready = False
+        self._broken = False
 
     def _setup(self) -> None:
         if self._ready:
@@ -103,12 +109,24 @@ class StepPerf:
             config = json.loads((self.model_path / "config.json").read_text())
         except (OSError, ValueError):
             return
-        from verl.utils.flops_counter import FlopsCounter
+        from verl.utils import flops_counter
 
-        self._counter = FlopsCounter(SimpleNamespace(**config))
+        self._config = SimpleNamespace(**config)
+        self._estimate = flops_counter.ESTIMATE_FUNC.get(str(config.get("model_type")))
 
     def metrics(self, records: Sequence[Any], metrics: Mapping[str, float]) -> dict[str, float]:
-        """From the step's records and its timings (timing_s/gen, update_actor, step; perf/update_tokens)."""
+        """From the step's records and its timings (timing_s/gen, update_actor, step; perf/update_tokens);
+        empty (with one warning) when they cannot be computed."""
+        if self._broken:
+            return {}
+        try:
+            return self._metrics(records, metrics)
+        except Exception as exc:  # noqa: BLE001 — a metric must never stop a run
+            self._broken = True
+            log.warning("perf metrics left out from now on: %s: %s", type(exc).__name__, exc)
+            return {}
+
+    def _metrics(self, records: Sequence[Any], metrics: Mapping[str, float]) -> dict[str, float]:
         out: dict[str, float] = {}
         generated = sum(sum(s.response_mask) for r in records if not r.masked for s in r.segments)
         gen_s = metrics.get("timing_s/gen")
@@ -123,10 +141,11 @@ class StepPerf:
         if metrics.get("timing_s/step"):
             out["perf/throughput"] = tokens / metrics["timing_s/step"]
         self._setup()
-        if self._counter is not None and self._peak:
+        if self._estimate is not None and self._peak:
             seqlens = [len(s.prompt_ids) + len(s.response_ids) for r in records if r.trainable for s in r.segments]
             scale = tokens / sum(seqlens) if sum(seqlens) else 1.0  # the batch's cuts, spread over the sequences
-            achieved, _ = self._counter.estimate_flops([max(1, round(n * scale)) for n in seqlens], update_s)
+            seqlens = [max(1, round(n * scale)) for n in seqlens]
+            achieved = self._estimate(self._config, sum(seqlens), seqlens, update_s)  # TFLOP/s
             out["perf/mfu/actor"] = achieved / self._peak
             out["perf/peak_tflops"] = self._peak
         return out

@@ -11,8 +11,10 @@
 Every attempt of a run (the first start and each restart) writes one marker line to both
 files before its steps: `{"event": "attempt", "attempt": N, "from_step": S, "total_steps": T,
 "pid": P, "time": ISO, "config": PATH}` in the JSONL and `[rlkit] attempt {...same JSON...}` in
-the console log. A restart from step S redoes the steps after S: readers keep, for each step,
-the latest attempt's line (`read_jsonl` here, rlkit.monitor.metrics for status and the dashboard).
+the console log, and in logs/<exp>_attempts.jsonl (where readers find the latest one without
+reading the whole log). A restart from step S redoes the steps after S: readers keep, for each
+step, the latest attempt's line (`read_jsonl` here, rlkit.monitor.metrics for status and the
+dashboard).
 
 Status and the dashboard read the two files; they never ask which trainer wrote them.
 """
@@ -96,8 +98,9 @@ class MetricsLog:
 
     def mark_attempt(self, from_step: int, total_steps: int, config: str = "") -> int:
         """Write this attempt's marker to the console and file logs; its number (1 on a fresh run)."""
-        attempt = 1 + sum(1 for r in _jsonl_lines(self.paths.jsonl) if r.get("event") == ATTEMPT_EVENT)
-        if attempt == 1 and any("step" in r for r in _jsonl_lines(self.paths.jsonl)):
+        attempt = 1 + sum(1 for r in _jsonl_lines(self.paths.attempts) if r.get("event") == ATTEMPT_EVENT)
+        logged = any(p.is_file() and p.stat().st_size for p in (self.paths.jsonl, self.paths.console_log))
+        if attempt == 1 and logged:
             attempt = 2  # a log written before attempt markers: this is a restart
         marker = {"event": ATTEMPT_EVENT, "attempt": attempt, "from_step": from_step, "total_steps": total_steps,
                   "pid": os.getpid(), "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "config": config}
@@ -108,6 +111,8 @@ class MetricsLog:
         if self._file is not None:
             self._file.write(line + "\n")
             self._file.flush()
+        with self.paths.attempts.open("a") as attempts:
+            attempts.write(line + "\n")
         if attempt > 1 and self.echo is not None:
             self.echo(f"attempt {attempt} of {self.paths.exp}: steps after {from_step} are redone")
         return attempt
