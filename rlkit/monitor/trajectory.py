@@ -17,6 +17,7 @@ its text as the model wrote it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ def render_message(message: Any) -> list[dict[str, str]]:
         except ValueError:
             reply = None
     if not isinstance(reply, dict):
-        return [{"kind": "text", "label": "", "text": text}] if text else []
+        loose = _loose_reply(stripped) if stripped.startswith("{") else []
+        return loose or ([{"kind": "text", "label": "", "text": text}] if text else [])
     blocks = []
     for key, value in reply.items():
         if key == "commands" and isinstance(value, list):
@@ -91,6 +93,33 @@ def render_message(message: Any) -> list[dict[str, str]]:
                 blocks.append({"kind": "field", "label": "task_complete", "text": "yes"})
         else:
             blocks.append({"kind": "field", "label": str(key), "text": _text(value)})
+    return blocks
+
+
+_JSON_FIELD = re.compile(r'"(analysis|plan|keystrokes|task_complete)"\s*:\s*(?:"((?:[^"\\]|\\.)*)("?)|(true|false))')
+
+
+def _unescape(literal: str) -> str:
+    try:
+        return json.loads(f'"{literal}"')
+    except ValueError:  # cut inside an escape
+        return literal.encode("utf-8", "replace").decode("unicode_escape", "replace")
+
+
+def _loose_reply(text: str) -> list[dict[str, str]]:
+    """A JSON reply that does not parse (cut off at the token budget, or malformed): its fields, unescaped."""
+    blocks = []
+    for m in _JSON_FIELD.finditer(text):
+        key, literal, closed, flag = m.groups()
+        if key == "task_complete":
+            if flag == "true":
+                blocks.append({"kind": "field", "label": key, "text": "yes"})
+            continue
+        body = _unescape(literal or "") + ("" if closed else " … (cut off)")
+        blocks.append({"kind": "command" if key == "keystrokes" else "field", "label": key, "text": body})
+    if blocks:
+        blocks.append({"kind": "note", "label": "", "text": "(the reply is not valid JSON: its fields as far as "
+                                                            "they go)"})
     return blocks
 
 
