@@ -322,6 +322,7 @@ class LocalTrainer:
         lock.update(phase="ray", total_steps=last)
         perf = StepPerf(model_path, self.resolved.path("RLKIT_CACHE_DIR"))
         with local_ray(self.paths) as ray_children:
+            self.stop.reinstall()  # ray.init put its own SIGTERM handler in place
             # what outlives a kill -9 of this process: the reaper (or `rlkit cleanup`) removes it
             leftovers = [str(p) for p in (session_dir(),) if p]
             lock.update(children=ray_children, phase="inference", leftovers=leftovers)

@@ -79,6 +79,12 @@ class GracefulStop:
             self._previous = {sig: signal.signal(sig, self._handle) for sig in SIGNALS}
         return self
 
+    def reinstall(self) -> None:
+        """Take the signals back from whoever replaced the handlers (`ray.init` sets its own SIGTERM one)."""
+        if self._previous:
+            for sig in SIGNALS:
+                signal.signal(sig, self._handle)
+
     def __exit__(self, *exc: object) -> None:
         if self._previous:
             signal.setitimer(signal.ITIMER_REAL, 0)
