@@ -301,6 +301,7 @@ class LocalTrainer:
         from rlkit.train.perf import StepPerf
         from rlkit.train.ray_local import session_dir
         from rlkit.train.step_metrics import rollout_metrics
+        from rlkit.train.stop import drop_resume_point
 
         cfg = self.cfg
         rows = self._rows("TRAIN_FILES")
@@ -351,6 +352,8 @@ class LocalTrainer:
                 metrics_log.mark_attempt(start, last, str(self.resolved.config_path))
                 self._saved_step = start  # a checkpoint exists at the step a run resumes from
                 self._save_last = functools.partial(self._save_on_stop, lock, policy, sampler)
+                # a step checkpointed only to resume from (not due by TRAINER_SAVE_FREQ): dropped once a later one exists
+                resume_point = start if start and not due(start, cfg.TRAINER_SAVE_FREQ, last) else None
                 if val_rows and start == 0:  # verl's val_before_train: the starting policy's numbers, at step 0
                     lock.update(phase="validate")
                     t = time.perf_counter()
@@ -385,10 +388,12 @@ class LocalTrainer:
                         report = inf.sync_weights(weights_dir, probe=probe)
                         metrics["timing_s/update_weights"] = time.perf_counter() - t
                         metrics.update(report.metrics())
-                    if due(step, cfg.TRAINER_SAVE_FREQ, last) or (self.stop.requested and cfg.TRAINER_SAVE_FREQ > 0):
+                    if cfg.TRAINER_SAVE_FREQ > 0:  # every finished step is the resume point; due ones are kept
                         lock.update(phase="save")
                         self.progress.phase(f"step {step}: checkpoint")
                         metrics["timing_s/save_checkpoint"] = self._save(policy, sampler, step)
+                        drop_resume_point(self.paths.checkpoints, resume_point)
+                        resume_point = None if due(step, cfg.TRAINER_SAVE_FREQ, last) else step
                     if val_rows and due(step, cfg.TRAINER_TEST_FREQ, last) and not self.stop.requested:
                         lock.update(phase="validate")
                         t = time.perf_counter()

@@ -7,7 +7,11 @@ The first signal asks for a stop. The step in flight is then either finished or 
     is logged and saved.
 Either way a checkpoint of the last finished step is written (unless one exists or
 TRAINER_SAVE_FREQ <= 0 says never) before the run tears down, and `RunStopped` says what
-was saved. The stop is bounded: after STOP_DEADLINE_S, or at a second signal, the run is
+was saved.
+
+A kill -9 gives no chance to save, so with checkpoints on every finished step is a resume
+point: its checkpoint is written, and the previous one is removed unless TRAINER_SAVE_FREQ
+made it due (`drop_resume_point`). A kill -9 then loses at most the step in flight. The stop is bounded: after STOP_DEADLINE_S, or at a second signal, the run is
 interrupted where it is (KeyboardInterrupt) and saves nothing more.
 """
 
@@ -91,6 +95,14 @@ class GracefulStop:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
             self._previous = {}
+
+
+def drop_resume_point(checkpoints: Path, step: int | None) -> None:
+    """Remove global_step_<step>, a checkpoint kept only as the resume point now that a later one exists."""
+    import shutil
+
+    if step is not None and step > 0:
+        shutil.rmtree(checkpoints / f"global_step_{step}", ignore_errors=True)
 
 
 def held_signals() -> dict[int, Any]:

