@@ -295,6 +295,7 @@ async function showTrial(exp, step, session) {
   const parts = [head, el("h4", {text: "instruction"}), el("pre", {id: "instruction", text: t.instruction ?? "(not recorded)"})];
   parts.push(el("h4", {text: `turns (${t.turns.length})` + (t.observations_from && t.observations_from !== "trajectory.json"
     ? ` — what came back from ${t.observations_from}` : "")}));
+  const anyObs = t.turns.some((turn) => turn.observations.length);
   t.turns.forEach((turn, i) => {
     const flags = [turn.finish_reason && `finish ${turn.finish_reason}`, turn.parse_failure && "tool call did not parse",
                    turn.tokens != null && `${turn.tokens} tokens`].filter(Boolean).join(", ");
@@ -304,7 +305,8 @@ async function showTrial(exp, step, session) {
     else box.append(el("pre", {class: "sent empty", text: "(nothing)"}));
     box.append(el("div", {class: "who", text: "what came back"}));
     if (turn.observations.length) turn.observations.forEach((o) => box.append(el("pre", {class: "observation", text: o})));
-    else box.append(el("pre", {class: "observation empty", text: "(no observation recorded: the episode ended here)"}));
+    else box.append(el("pre", {class: "observation empty", text: anyObs ? "(nothing came back: the episode ended here)"
+                                                                          : "(not recorded in this trial's files)"}));
     parts.push(box);
   });
   parts.push(el("h4", {text: "verifier output (verifier/test-stdout.txt)"}), el("pre", {id: "test-stdout", text: t.test_stdout ?? "(none)"}));
