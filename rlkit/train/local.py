@@ -354,6 +354,7 @@ class LocalTrainer:
                 self._save_last = functools.partial(self._save_on_stop, lock, policy, sampler)
                 # a step checkpointed only to resume from (not due by TRAINER_SAVE_FREQ): dropped once a later one exists
                 resume_point = start if start and not due(start, cfg.TRAINER_SAVE_FREQ, last) else None
+                self.stop.arm()  # from here a first signal finishes or abandons the step and saves
                 if val_rows and start == 0:  # verl's val_before_train: the starting policy's numbers, at step 0
                     lock.update(phase="validate")
                     t = time.perf_counter()

@@ -1,6 +1,8 @@
 """A stop that saves: how the local trainer answers SIGINT / SIGTERM.
 
-The first signal asks for a stop. The step in flight is then either finished or abandoned:
+Before the steps begin (Ray, vLLM and the policy still starting, nothing to save) a signal
+interrupts at once. Once they run (`arm()`), the first signal asks for a stop. The step in
+flight is then either finished or abandoned:
   * during a rollout or a validation (`check()` in the wait loop raises `StopRequested`): the
     step is abandoned (its trials are set aside on resume) and the last finished step is saved;
   * during the update: the update finishes, the weight sync and validation are skipped, the step
@@ -46,6 +48,7 @@ class GracefulStop:
 
     def __init__(self, deadline_s: float = STOP_DEADLINE_S, note: Any = None) -> None:
         self.signum: int | None = None
+        self.armed = False  # steps are running: a signal stops gracefully instead of interrupting
         self.deadline_s = deadline_s
         self._note = note or (lambda text: None)
         self._previous: dict[int, Any] = {}
@@ -66,7 +69,13 @@ class GracefulStop:
         raise RunStopped(stopped_message(exp, self.signum, done_step, saved_step, why),
                          saved_step=saved_step or None, signum=self.signum)
 
+    def arm(self) -> None:
+        """The steps begin: from now on a first signal stops after the step in flight and saves."""
+        self.armed = True
+
     def _handle(self, signum: int, frame: object) -> None:
+        if not self.armed:
+            raise KeyboardInterrupt(f"{signal.Signals(signum).name} before the first step began")
         if self.signum is not None:
             raise KeyboardInterrupt(f"second signal ({signal.Signals(signum).name}): stopping without saving more")
         self.signum = signum

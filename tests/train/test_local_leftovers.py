@@ -77,6 +77,11 @@ def test_a_first_signal_asks_for_a_stop_and_a_second_one_interrupts() -> None:
     notes: list[str] = []
     before = signal.getsignal(signal.SIGTERM)
     with GracefulStop(note=notes.append) as stop:
+        with pytest.raises(KeyboardInterrupt, match="before the first step began"):  # starting up: nothing to save
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        assert not stop.requested
+        stop.arm()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what ray.init does (with its own handler)
         stop.reinstall()
         stop.check()
@@ -94,7 +99,8 @@ def test_a_first_signal_asks_for_a_stop_and_a_second_one_interrupts() -> None:
 def test_a_stop_is_bounded_in_time() -> None:
     from rlkit.train.stop import GracefulStop
 
-    with GracefulStop(deadline_s=0.3), pytest.raises(KeyboardInterrupt, match="longer than 0 s"):
+    with GracefulStop(deadline_s=0.3) as stop, pytest.raises(KeyboardInterrupt, match="longer than 0 s"):
+        stop.arm()
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # an update that would not end
 
