@@ -106,6 +106,28 @@ def test_a_sandbox_without_owner_labels_is_reported_until_its_run_is_named(tmp_p
             docker_api.remove_container(bare, force=True)
 
 
+@pytest.mark.docker
+def test_user_and_logname_never_make_another_uids_sandbox_yours(tmp_path: Path, base_image: str, docker_api) -> None:
+    """$USER / $LOGNAME set to the other user's name: cleanup still sees whose sandbox it is by uid."""
+    from rlkit.sandbox import labels as L
+
+    project = f"uid-{uuid.uuid4().hex[:6]}"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    theirs = docker_api.create_container(base_image, command=["sleep", "60"], labels={
+        L.MANAGED: "1", L.PROJECT: project, L.OWNER_UID: str(os.getuid() + 1), L.OWNER_USER: "mallory",
+        L.OWNER_PID: str(dead.pid)})["Id"]
+    try:
+        env = {**os.environ, "USER": "mallory", "LOGNAME": "mallory"}
+        done = subprocess.run([sys.executable, "-m", "rlkit", "cleanup", "--project", project, "--sandboxes-only"],
+                              cwd=ROOT, capture_output=True, text=True, check=False, env=env)
+        assert done.returncode == 0 and "removed" not in done.stdout, done.stdout
+        assert f"owned by uid {os.getuid() + 1} (mallory)" in done.stdout
+        assert docker_api.containers(all=True, filters={"id": theirs})
+    finally:
+        docker_api.remove_container(theirs, force=True)
+
+
 def _listener(port_file: Path, argv0: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     code = (f"import socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
             f"open({str(port_file)!r}, 'w').write(str(s.getsockname()[1]))\nimport time; time.sleep(600)\n")
