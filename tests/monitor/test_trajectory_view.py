@@ -83,3 +83,26 @@ def test_passed_is_counted_by_one_rule_in_every_table(run_copy) -> None:
     [step2] = [s for s in steps_overview(RunPaths(root, "embedded", "fx-healthy")) if s["step"] == 2]
     assert (step2["passed"], step2["graded"], step2["pass_rate"]) == (2, 2, 1.0)
     assert step2["outcomes"]["passed"] == 1  # the outcome says why it ended; "passed" is the reward rule
+
+
+def test_a_recorded_restarted_run_reads_as_its_latest_attempt(run_copy) -> None:
+    """Fixture `stopped`: the embedded run stopped by SIGINT in step 2 and resumed from step 1. Status (with no
+    config: N from the attempt marker) says finished 3/3 on attempt 2; step 1's response_budget trial with
+    reward 1 is passed in the steps table as in the pass rate; its failed trial shows what the agent saw."""
+    from rlkit.monitor.run import locate
+    from rlkit.monitor.status import collect
+
+    root = run_copy("stopped")
+    status = collect(locate("fx-stopped", root))
+    assert (status.live.state, status.last_step, status.ref.total_steps) == ("finished", 3, 3)
+    assert status.attempt.attempt == 2 and status.attempt.from_step == 1
+    paths = RunPaths(root, "i27", "fx-stopped")
+    step1 = next(s for s in steps_overview(paths) if s["step"] == 1)
+    assert (step1["passed"], step1["graded"], step1["pass_rate"]) == (2, 4, 0.5)
+    assert step1["outcomes"]["passed"] == 1 and step1["outcomes"]["response_budget"] == 1
+    detail = trials.trial_detail(paths.trials, 1, "roman-numerals-parse__b2a54048")
+    assert detail["row"]["outcome"] == "failed_tests" and not detail["row"]["passed"]
+    assert detail["instruction"].startswith("# numerals: implement from_roman")
+    assert detail["observations_from"] == "trajectory.json"
+    assert "Applied patch numerals/roman.py cleanly." in detail["turns"][0]["observations"][0]
+    assert "NameError" in detail["test_stdout"]
