@@ -9,8 +9,10 @@ The FLOP/s estimate is verl's per-model formula (`verl.utils.flops_counter.ESTIM
 its FlopsCounter calls). verl divides it by a table of GPU peaks, looked up through the CUDA
 device; the local trainer divides by a peak measured on this machine instead: a dense fp32
 matmul with as many threads as the policy actor uses, run once in a subprocess and cached in
-RLKIT_CACHE_DIR per machine (host, CPU model, cores). None of this may stop a run: a failure
-logs once and leaves the perf metrics out.
+RLKIT_CACHE_DIR per machine (host, CPU model, cores). A measurement taken while the machine
+was busy reads low; when an update reaches more than it, the peak becomes that rate (and is
+cached), so MFU never reads above 1. None of this may stop a run: a failure logs once and
+leaves the perf metrics out.
 """
 
 from __future__ import annotations
@@ -61,15 +63,32 @@ def measure_peak_tflops(seconds: float = MEASURE_S, n: int = MATMUL_N) -> float:
     return best / 1e12
 
 
-def peak_tflops(cache_dir: Path | None, timeout_s: float = 120.0) -> float | None:
-    """This machine's measured peak (cached); None when it cannot be measured."""
-    key = machine_key()
-    path = (cache_dir or Path.home() / ".cache" / "rlkit") / PEAK_FILE
+def _peak_file(cache_dir: Path | None) -> Path:
+    return (cache_dir or Path.home() / ".cache" / "rlkit") / PEAK_FILE
+
+
+def _read_peaks(path: Path) -> dict[str, Any]:
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
-        cached = {}
-    entry = cached.get(key) if isinstance(cached, dict) else None
+        return {}
+    return cached if isinstance(cached, dict) else {}
+
+
+def remember_peak(cache_dir: Path | None, tflops: float, how: str) -> None:
+    path = _peak_file(cache_dir)
+    cached = _read_peaks(path)
+    cached[machine_key()] = {"tflops": tflops, "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "how": how}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cached, indent=1))
+    except OSError:
+        pass  # an unwritable cache costs a measurement next run, nothing else
+
+
+def peak_tflops(cache_dir: Path | None, timeout_s: float = 120.0) -> float | None:
+    """This machine's measured peak (cached); None when it cannot be measured."""
+    entry = _read_peaks(_peak_file(cache_dir)).get(machine_key())
     if isinstance(entry, dict) and isinstance(entry.get("tflops"), int | float) and entry["tflops"] > 0:
         return float(entry["tflops"])
     try:
@@ -78,13 +97,7 @@ def peak_tflops(cache_dir: Path | None, timeout_s: float = 120.0) -> float | Non
         tflops = float(json.loads(out.stdout.strip().splitlines()[-1])["tflops"])
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError):
         return None
-    cached = cached if isinstance(cached, dict) else {}
-    cached[key] = {"tflops": tflops, "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "matmul": f"fp32 {MATMUL_N}"}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cached, indent=1))
-    except OSError:
-        pass  # an unwritable cache costs a measurement next run, nothing else
+    remember_peak(cache_dir, tflops, f"fp32 matmul {MATMUL_N}")
     return tflops
 
 
@@ -146,6 +159,9 @@ class StepPerf:
             scale = tokens / sum(seqlens) if sum(seqlens) else 1.0  # the batch's cuts, spread over the sequences
             seqlens = [max(1, round(n * scale)) for n in seqlens]
             achieved = self._estimate(self._config, sum(seqlens), seqlens, update_s)  # TFLOP/s
+            if achieved > self._peak:  # the measurement ran on a busy machine: this update is the best seen
+                self._peak = achieved
+                remember_peak(self.cache_dir, achieved, "an update's rate (above the matmul measured)")
             out["perf/mfu/actor"] = achieved / self._peak
             out["perf/peak_tflops"] = self._peak
         return out

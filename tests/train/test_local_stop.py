@@ -136,7 +136,7 @@ def test_sigint_saves_the_last_finished_step_leaves_nothing_and_resumes(run_conf
     trained = [r["data"] for r in records if not r["data"].get("training/skipped")]
     for data in trained:
         assert data["perf/rollout_tokens_per_s"] > 0 and data["perf/update_tokens_per_s"] > 0
-        assert 0 < data["perf/mfu/actor"] < 1
+        assert 0 < data["perf/mfu/actor"] <= 1
     status = collect(locate(str(config)))
     text = render(status)
     assert status.live.state == "finished" and "step     3/3" in text and "attempt  2" in text

@@ -45,6 +45,15 @@ def test_step_perf_logs_tokens_per_second_and_mfu(tmp_path: Path, tiny_model_dir
     assert out["perf/mfu/actor"] == pytest.approx(expected) and 0 < out["perf/mfu/actor"] < 1
 
 
+def test_a_peak_measured_on_a_busy_machine_is_raised_to_what_an_update_reached(tmp_path: Path,
+                                                                              tiny_model_dir: Path) -> None:
+    (tmp_path / perf.PEAK_FILE).write_text(json.dumps({perf.machine_key(): {"tflops": 1e-9}}))  # measured while busy
+    out = perf.StepPerf(tiny_model_dir, tmp_path).metrics([_record(100, 50)], {
+        "timing_s/update_actor": 1.0, "perf/update_tokens": 150.0})
+    assert out["perf/mfu/actor"] == 1.0
+    assert perf.peak_tflops(tmp_path) == out["perf/peak_tflops"] > 1e-9  # cached for the next run
+
+
 def test_a_perf_failure_never_stops_the_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     step = perf.StepPerf(tmp_path, tmp_path)
     broken = [SimpleNamespace(segments=None, masked=False)]  # no segments to count: a TypeError inside
