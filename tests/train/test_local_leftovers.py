@@ -17,26 +17,41 @@ import pytest
 
 from rlkit.config.paths import RunPaths
 
+LOCAL_RAY = """
+import json, os, sys
+from pathlib import Path
+import psutil
+from rlkit.config.paths import RunPaths
+from rlkit.train.local import local_ray
+from rlkit.train.ray_local import session_dir
+from tests.train.test_local_stop import listening
+
+with local_ray(RunPaths(Path(sys.argv[1]), "p", "e")) as children:
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def where():
+        return os.getpid()
+
+    worker = ray.get(where.remote())
+    session = session_dir()
+    procs = [psutil.Process(pid) for pid, _ in children] + [psutil.Process(worker), psutil.Process()]
+    found = {"session": str(session), "existed": session.is_dir(), "sockets": listening(procs)}
+print(json.dumps(found))
+"""
+
 
 def test_the_local_ray_listens_on_loopback_only_and_leaves_no_session(tmp_path: Path) -> None:
-    """A real Ray, started as the trainer starts it."""
-    from rlkit.train.local import local_ray
-    from rlkit.train.ray_local import session_dir
-    from tests.train.test_local_stop import is_loopback, listening
+    """A real Ray, started as the trainer starts it (in a process of its own, as the trainer's is)."""
+    from tests.train.test_local_stop import is_loopback
 
-    with local_ray(RunPaths(tmp_path, "p", "e")) as children:
-        import ray
-
-        @ray.remote(num_cpus=1)
-        def where() -> int:
-            return os.getpid()
-
-        worker = ray.get(where.remote())
-        session = session_dir()
-        assert session is not None and session.is_dir()
-        procs = [psutil.Process(pid) for pid, _ in children] + [psutil.Process(worker)]
-        sockets = listening(procs + [psutil.Process()])
-        assert sockets and all(is_loopback(address) for address, *_ in sockets), sockets
+    done = subprocess.run([sys.executable, "-c", LOCAL_RAY, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    session = Path(found["session"])
+    assert found["existed"] and found["sockets"], found
+    assert all(is_loopback(address) for address, *_ in found["sockets"]), found["sockets"]
     assert not session.exists()
     latest = session.parent / "session_latest"
     assert not (latest.is_symlink() and Path(os.readlink(latest)) == session)
