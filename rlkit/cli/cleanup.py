@@ -2,11 +2,16 @@
 
 Removes what dead runs left behind, and only that: your sandboxes whose owner process is gone
 (docker containers; k8s pods when a cluster is configured), rlkit's orphaned vLLM / proxy /
-litellm / dashboard / Ray processes, and stale /tmp leftovers (vLLM IPC sockets, dead Ray
-sessions, torch inductor caches, aborted base-image builds). A live run's sandboxes are kept
+litellm / dashboard / Ray processes, stale leftovers on disk (vLLM IPC sockets and scratch
+folders, dead Ray sessions, torch inductor caches, aborted base-image builds) and the locks of
+runs whose trainer and reaper both died. A live run's sandboxes are kept
 unless you name it (--experiment) and pass --force; other users' are listed, never removed,
-unless --other-users. With CFG its OUTPUT_DIR (run locks), PROXY_PORT, DASHBOARD_PORT and
-RAY_PORT are used. Prints "nothing to clean" when there is nothing left.
+unless --other-users; sandboxes with no owner uid are listed, and removed only when their run is
+named. Ownership is your real uid, never $USER. With a project (--project, or CFG's PROJECT_NAME)
+everything is scoped to that project's runs: processes whose owner environment names it, and
+leftovers its dead runs' locks or processes name; without one, everything of yours. With CFG its
+OUTPUT_DIR (run locks), PROXY_PORT, DASHBOARD_PORT and RAY_PORT are used. Prints "nothing to
+clean" when there is nothing left.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from rlkit.config.schema import DEFAULT_PROXY_PORT
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkit cleanup", description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", help="run config (.env): its OUTPUT_DIR, ports, project")
-    parser.add_argument("--project", help="only sandboxes of this project (label rlkit.project)")
+    parser.add_argument("--project", help="only this project's runs: sandboxes (label rlkit.project), processes, leftovers")
     parser.add_argument("--experiment", "--run", help="only sandboxes of this run (label rlkit.experiment)")
     parser.add_argument("--force", action="store_true", help="with --experiment: also a LIVE run's sandboxes")
     parser.add_argument("--other-users", action="store_true",

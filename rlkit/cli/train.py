@@ -31,10 +31,22 @@ def _plan_only(report) -> bool:
     return bool(c.DRY_RUN and not c.PREFLIGHT_ONLY)
 
 
+def _interrupted(args) -> str:
+    """After a hard interrupt: what the same command resumes from."""
+    from rlkit import api
+    from rlkit.train.stop import interrupted_message
+
+    try:
+        return interrupted_message(api.resolve(config_of(args)).run_paths().checkpoints)
+    except Exception:  # noqa: BLE001 -- the message is a courtesy; the interrupt stands
+        return "interrupted: sandboxes, Ray and vLLM were stopped"
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv, prog="rlkit train")
     from rlkit import api
     from rlkit.errors import PreflightFailed, RlkitError, TrainerFailed, TrainerUnavailable, UserError
+    from rlkit.train.stop import RunStopped
 
     def shown(report) -> None:  # before anything starts
         if args.json:
@@ -64,9 +76,11 @@ def main(argv: list[str]) -> int:
         return EXIT_NO_TRAINER
     except TrainerFailed as exc:
         return exc.returncode  # the trainer's own output says why
+    except RunStopped as exc:  # a stop that saved: it says what
+        print(f"\n{exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        print("\ninterrupted: sandboxes, Ray and vLLM were stopped; the same command resumes from the last "
-              "checkpoint", file=sys.stderr)
+        print(f"\n{_interrupted(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except UserError:
         raise  # rlkit.cli.main renders it with its fix

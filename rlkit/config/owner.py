@@ -1,9 +1,11 @@
 """Who owns a process, a sandbox or a run: the facts cleanup and `/rl:check` both read.
 
-An owner is (user, host, pid, start time). The start time tells a live owner from a
-reused pid. rlkit's launchers put the owner into the environment of what they start
-(`RLKIT_OWNER_PID` / `RLKIT_OWNER_START`), so a vLLM server, a proxy or a Ray daemon
-can be traced back to the run that started it after that run is gone.
+An owner is (uid, host, pid, start time). The uid is the process's real uid, never a
+name from the environment ($USER / $LOGNAME can say anything); the start time tells a live
+owner from a reused pid. rlkit's launchers put the owner into the environment of what they
+start (`RLKIT_OWNER_PID` / `RLKIT_OWNER_START`, and the run's `RLKIT_OWNER_PROJECT` /
+`RLKIT_OWNER_EXPERIMENT`), so a vLLM server, a proxy or a Ray daemon can be traced back to
+the run that started it after that run is gone, and a cleanup scoped to a project finds it.
 
 The run lock (`logs/<exp>.lock`, written by rlkit.launch.lock) is read here too, so the
 floors above the trainers (ops, validate) read it without importing the trainer.
@@ -13,8 +15,8 @@ psutil is imported lazily: `rlkit check` loads this module.
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import os
+import pwd
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 OWNER_PID_ENV = "RLKIT_OWNER_PID"
 OWNER_START_ENV = "RLKIT_OWNER_START"
+OWNER_PROJECT_ENV = "RLKIT_OWNER_PROJECT"
+OWNER_EXPERIMENT_ENV = "RLKIT_OWNER_EXPERIMENT"
 HEARTBEAT_S = 15.0
 STALE_S = 120.0  # a lock on another host whose heartbeat is older than this belongs to a dead run
 START_TOLERANCE_S = 1.0  # psutil's create time is rounded to clock ticks
@@ -42,11 +46,27 @@ SERVER_MARKERS = {
 RUN_MARKERS = ("rlkit train", "-m rlkit train", "rlkit.cli.main train", "scripts/train/train.sh", "verl.trainer.main_ppo")
 
 
+def uid() -> int:
+    """Who owns what this process starts: its real uid (what `ps` and the kernel say, not $USER)."""
+    return os.getuid()
+
+
 def me() -> str:
+    """The login name of this process's real uid (from the password database; the uid when it has none)."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         return str(os.getuid())
+
+
+def process_uid(proc) -> int | None:
+    """A psutil process's real uid (None when it vanished or cannot be read)."""
+    import psutil
+
+    try:
+        return proc.uids().real
+    except (psutil.Error, AttributeError):
+        return None
 
 
 def host() -> str:
@@ -98,15 +118,21 @@ def stop_processes(procs: list, grace_s: float) -> list[str]:
 
 def owner_env() -> dict[str, str]:
     """Environment a launcher gives its children: this process (or the owner it inherited) owns them."""
+    scope = {k: os.environ[k] for k in (OWNER_PROJECT_ENV, OWNER_EXPERIMENT_ENV) if os.environ.get(k)}
     pid = os.environ.get(OWNER_PID_ENV)
     if pid:
-        return {OWNER_PID_ENV: pid, OWNER_START_ENV: os.environ.get(OWNER_START_ENV, "")}
+        return {OWNER_PID_ENV: pid, OWNER_START_ENV: os.environ.get(OWNER_START_ENV, ""), **scope}
     start = process_start(os.getpid())
-    return {OWNER_PID_ENV: str(os.getpid()), OWNER_START_ENV: f"{start:.2f}" if start else ""}
+    return {OWNER_PID_ENV: str(os.getpid()), OWNER_START_ENV: f"{start:.2f}" if start else "", **scope}
 
 
-def claim_ownership() -> None:
-    """Make this process the owner of everything it starts from now on (unless an owner is inherited)."""
+def claim_ownership(project: str | None = None, experiment: str | None = None) -> None:
+    """Make this process the owner of everything it starts from now on (unless an owner is inherited);
+    with a project (and experiment), what it starts carries them so a scoped cleanup finds it."""
+    if project:
+        os.environ[OWNER_PROJECT_ENV] = project
+    if experiment:
+        os.environ[OWNER_EXPERIMENT_ENV] = experiment
     os.environ.update(owner_env())
 
 
@@ -123,13 +149,22 @@ class Owner:
     host: str
     pid: int
     start: float | None
+    project: str = ""
+    experiment: str = ""
 
     @classmethod
     def from_env(cls, environ: dict[str, str], user: str) -> Owner | None:
         pid = environ.get(OWNER_PID_ENV, "")
         if not pid.isdigit():
             return None
-        return cls(user, host(), int(pid), _float(environ.get(OWNER_START_ENV)))
+        return cls(user, host(), int(pid), _float(environ.get(OWNER_START_ENV)),
+                   environ.get(OWNER_PROJECT_ENV, ""), environ.get(OWNER_EXPERIMENT_ENV, ""))
+
+    def in_scope(self, project: str | None, experiment: str | None = None) -> bool:
+        """Started by a run of `project` (and `experiment`, when given); anything when no project is given."""
+        if not project:
+            return True
+        return self.project == project and (not experiment or self.experiment in (experiment, f"{experiment}_val"))
 
     def alive(self) -> bool | None:
         """True / False on this host; None on another host (only its run's heartbeat can tell)."""

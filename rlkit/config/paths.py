@@ -4,6 +4,7 @@
     logs/<exp>.jsonl                        verl file logger ({"step": N, "data": {...}} per line)
     logs/<exp>_vllm.log                     vLLM's throughput lines
     logs/<exp>.lock                         JSON: the run in flight (pid, host, user, started, heartbeat)
+    logs/<exp>_attempts.jsonl               one line per start of the run (the attempt markers of the metric logs)
     logs/tensorboard/<project>/<exp>/       tensorboard event files (LOGGER=tensorboard)
     logs/wandb/                             wandb's offline run directory (LOGGER=wandb without network/key)
     checkpoints/<project>/<exp>/global_step_<N>/
@@ -38,6 +39,10 @@ class RunPaths:
     @property
     def vllm_log(self) -> Path:
         return self.logs / f"{self.exp}_vllm.log"
+
+    @property
+    def attempts(self) -> Path:
+        return self.logs / f"{self.exp}_attempts.jsonl"
 
     @property
     def lock(self) -> Path:

@@ -199,7 +199,8 @@ class RunConfig(BaseModel):
                                                        "for gspo.", R)
     TOTAL_EPOCHS: int = key(30, "Passes over TRAIN_FILES.", R)
     TOTAL_STEPS: int = key(0, "Stop after this many training steps (0: TOTAL_EPOCHS passes over TRAIN_FILES).", R)
-    TRAINER_SAVE_FREQ: int = key(10, "Save a checkpoint every N steps (-1: never).", R)
+    TRAINER_SAVE_FREQ: int = key(10, "Keep a checkpoint every N steps (-1: never). TRAINER=local also checkpoints the "
+                                   "last finished step as the resume point, replacing the previous one.", R)
     TRAINER_TEST_FREQ: int = key(10, "Validate every N steps (-1: never).", R)
     VAL_N: int = key(1, "Attempts per validation task (verl's rollout.val_kwargs.n); pass@1 and pass@VAL_N are "
                         "logged.", R)

@@ -202,6 +202,16 @@ class Inference:
         log.info("proxy ready on %s", self.proxy.url)
         return self
 
+    def processes(self) -> list[int]:
+        """The pids of vLLM and the proxy (when it is a child process)."""
+        pids = [self.vllm.process.pid] if self.vllm is not None and self.vllm.process is not None else []
+        process = getattr(self.proxy, "process", None)
+        return pids + ([process.pid] if process is not None else [])
+
+    def leftovers(self) -> list[Path]:
+        """Folders vLLM leaves if it is killed (its scratch folder, a short TMPDIR): close() removes them."""
+        return self.vllm.leftovers() if self.vllm is not None else []
+
     def planned_commands(self) -> dict[str, str]:
         """What start() would run, rendered without starting anything (DRY_RUN of the local trainer).
         The vLLM port is a free one picked now; start() picks its own."""

@@ -2,11 +2,16 @@
 
 JSON fields:
   pid        the trainer's process id          host       socket.gethostname()
-  user       the login that started it         started    ISO-8601 UTC
+  uid, user  the real uid that started it (and its login name, from the uid)
+  started    ISO-8601 UTC
   heartbeat  ISO-8601 UTC, refreshed every HEARTBEAT_S while the run lives
   project, exp, step (the last finished step), phase (rollout | update | sync | save | validate | ...)
   config     the run config's path             reaper_pid the process that cleans up if the trainer is killed
   overrides  {KEY: text} given on top of the config (keyword arguments, --set); absent when none
+  children   [pid, start time] of the run's processes (Ray, its actors, vLLM, the proxy)
+  leftovers  folders the run writes that outlive its processes (Ray's session, vLLM's scratch): the
+             reaper, or `rlkit cleanup` when the reaper died too, removes them
+  total_steps the step the run ends at
 
 A lock whose pid is gone (same host) or whose heartbeat is older than STALE_S is stale:
 the next run takes it over. A live lock makes a second run of the same EXP_NAME refuse.
@@ -15,7 +20,6 @@ the next run takes it over. A live lock makes a second run of the same EXP_NAME 
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 import os
 import socket
@@ -23,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any, Self
 
-from rlkit.config.owner import read_lock
+from rlkit.config.owner import me, read_lock, uid
 from rlkit.errors import UserError
 
 HEARTBEAT_S = 15.0
@@ -66,7 +70,7 @@ class RunLock:
     def __init__(self, path: Path, *, project: str, exp: str, config: str = "",
                  overrides: dict[str, str] | None = None) -> None:
         self.path = path
-        self.data: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(),
+        self.data: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(), "uid": uid(), "user": me(),
                                      "started": _now(), "heartbeat": _now(), "project": project, "exp": exp,
                                      "step": 0, "phase": "starting", "config": config}
         if overrides:  # readers (rlkit status EXP) resolve the config with them, as the run did
@@ -86,7 +90,8 @@ class RunLock:
         self.previous = old
         from rlkit.config.owner import claim_ownership
 
-        claim_ownership()  # what the run starts from now on (Ray, its actors, sandboxes) names this trainer
+        # what the run starts from now on (Ray, its actors, vLLM, sandboxes) names this trainer and its run
+        claim_ownership(self.data["project"], self.data["exp"])
         _write(self.path, self.data)
         self._thread = threading.Thread(target=self._beat, name="rlkit-lock-heartbeat", daemon=True)
         self._thread.start()

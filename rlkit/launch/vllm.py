@@ -3,7 +3,9 @@
 vLLM lives in a separate Python 3.11 venv (it pins torch/transformers that clash with
 verl), so it always runs as a subprocess and is talked to over HTTP. The server gets its
 own process group so stopping it also stops its engine-core children, and its caches,
-sockets and temp files go to a scratch directory instead of ~ and /tmp.
+sockets and temp files go to a scratch folder (`<scratch_dir>/<exp>_<port>`, ~150 MB, or a
+short /tmp/rlkit-vllm-* TMPDIR for the sockets when that path is too long) instead of ~ and
+/tmp; `stop()` removes them.
 
     with VllmServer(VllmServerConfig(model_path=..., exp_name="demo")) as server:
         print(server.base_url)       # http://127.0.0.1:PORT
@@ -152,8 +154,17 @@ class VllmServer:
     def command(self) -> list[str]:
         return build_command(self.config, vllm_python(self.config.python), self.port)
 
+    @property
+    def scratch(self) -> Path:
+        """This server's scratch folder (caches, sockets, temp files)."""
+        return self.config.scratch_dir / f"{self.config.exp_name}_{self.port}"
+
+    def leftovers(self) -> list[Path]:
+        """Folders that outlive the server if it is killed: its scratch folder and short TMPDIR."""
+        return [self.scratch, *([self._short_tmp] if self._short_tmp else [])]
+
     def _env(self) -> dict[str, str]:
-        scratch = self.config.scratch_dir / f"{self.config.exp_name}_{self.port}"
+        scratch = self.scratch
         for sub in ("cache", "inductor", "tmp"):
             (scratch / sub).mkdir(parents=True, exist_ok=True)
         tmp = scratch / "tmp"
@@ -234,8 +245,8 @@ class VllmServer:
             pass
         if self._pump is not None:
             self._pump.join(timeout=5)
-        if self._short_tmp is not None:
-            shutil.rmtree(self._short_tmp, ignore_errors=True)
+        for folder in self.leftovers():
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __enter__(self) -> Self:
         self.start()

@@ -1,9 +1,12 @@
 """The monitoring dashboard: a FastAPI app over a folder's logs/ and harbor_trials/ (live or finished runs).
 
     GET /                                   the page (static/index.html, uPlot vendored from npm)
-    GET /api/runs                           runs under the folder (logs/<exp>.jsonl or .log)
+    GET /api/runs                           runs under the folder (logs/<exp>.jsonl or .log), newest first, each
+                                            running | finished | dead | unknown, and the one to show by default
     GET /api/runs/{exp}/metrics?offset=B    step records after byte B of the metrics file, as columns,
-                                            and the offset to ask from next time (live refresh reads only new bytes)
+                                            and the offset to ask from next time (live refresh reads only new bytes);
+                                            after a restart marker the whole file again (`replace`: each step's
+                                            latest attempt)
     GET /api/runs/{exp}/vllm?offset=B       vLLM throughput lines after byte B
     GET /api/runs/{exp}/status              rlkit status as JSON (the first-step numbers)
     GET /api/runs/{exp}/steps               step_<N>/summary.json of every step (sessions left out)
@@ -29,13 +32,13 @@ from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
 from rlkit.monitor import metrics as metrics_mod
 from rlkit.monitor import trials as trials_mod
-from rlkit.monitor.run import RunRef, read_lock
+from rlkit.monitor.run import RunRef, lock_owner_alive, read_lock
 from rlkit.monitor.tail import LineTail
 from rlkit.monitor.vllm_log import parse_line as parse_vllm_line
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "rlkit_dashboard_token"
-LOG_SUFFIXES = ("_vllm", "_proxy", "_reaper", "_server", "_vllm_server")
+LOG_SUFFIXES = ("_vllm", "_proxy", "_reaper", "_server", "_vllm_server", "_attempts")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 MAX_READ = 64 << 20  # one metrics request reads at most this much; the client asks again from the new offset
 
@@ -69,9 +72,24 @@ class RunFolder:
             for path in logs.iterdir():
                 if path.suffix in {".jsonl", ".log"} and not path.stem.endswith(LOG_SUFFIXES):
                     names[path.stem] = max(names.get(path.stem, 0.0), path.stat().st_mtime)
-        return [{"exp": exp, "project": self.paths(exp).project, "modified": mtime,
-                 "running": (logs / f"{exp}.lock").exists()}
-                for exp, mtime in sorted(names.items(), key=lambda kv: -kv[1])]
+        out = []
+        for exp, mtime in sorted(names.items(), key=lambda kv: -kv[1]):
+            try:
+                paths = self.paths(exp)
+            except trials_mod.PathRefused:
+                continue  # a log named like nothing a request could name
+            state = run_state(paths)
+            out.append({"exp": exp, "project": paths.project, "modified": mtime, **state,
+                        "running": state["state"] == "running"})
+        return out
+
+    def default_run(self, runs: list[dict[str, Any]]) -> str | None:
+        """The most recent run that is running or finished; else the most recent one not dead; else the newest."""
+        for wanted in (("running", "finished"), ("unknown",)):
+            found = next((r["exp"] for r in runs if r["state"] in wanted), None)
+            if found:
+                return found
+        return runs[0]["exp"] if runs else None
 
     def paths(self, exp: str) -> RunPaths:
         trials_mod.safe_child(self.root / "logs", exp)  # one plain name
@@ -83,17 +101,52 @@ class RunFolder:
         return RunPaths(self.root, project, exp)
 
 
+def run_state(paths: RunPaths) -> dict[str, Any]:
+    """running (its lock's trainer lives) | dead (a lock whose trainer is gone, or stopped before its last step)
+    | finished | unknown (no lock, and no step count to compare with); step k of N, from the latest attempt."""
+    lock = read_lock(paths.lock)
+    end = metrics_mod.tail(paths, n=1)
+    step = end.records[-1][0] if end.records else None
+    total = end.attempt.total_steps if end.attempt else None
+    if total is None and isinstance((lock or {}).get("total_steps"), int):
+        total = lock["total_steps"]
+    if lock is not None:
+        state = "running" if lock_owner_alive(lock) else "dead"
+    elif total is None:
+        state = "unknown"
+    else:
+        state = "finished" if step is not None and step >= total else "dead"
+    return {"state": state, "step": step, "total_steps": total}
+
+
+def _columns(records: list[tuple[int, dict[str, float]]]) -> dict[str, Any]:
+    names = sorted({k for _, data in records for k in data})
+    return {"steps": [s for s, _ in records], "columns": {n: [data.get(n) for _, data in records] for n in names}}
+
+
 def metrics_after(paths: RunPaths, offset: int) -> dict[str, Any]:
-    """Step records appended after byte `offset`, as columns: {steps, columns: {name: [value|null]}}."""
+    """Step records appended after byte `offset`, as columns: {steps, columns: {name: [value|null]}}. A restart
+    marker among them voids steps the client already has: then the whole file's steps come, with `replace`."""
     path = metrics_mod.metrics_file(paths)
     if path is None:
-        return {"offset": 0, "source": None, "steps": [], "columns": {}}
+        return {"offset": 0, "source": None, "steps": [], "columns": {}, "replace": offset > 0}
     parse = metrics_mod.parse_jsonl_line if path.suffix == ".jsonl" else metrics_mod.parse_console_line
     tail = LineTail(path, offset)
-    records = [r for r in map(parse, tail.poll(MAX_READ)) if r is not None]
-    names = sorted({k for _, data in records for k in data})
-    return {"offset": tail.offset, "source": path.name, "steps": [s for s, _ in records],
-            "columns": {n: [data.get(n) for _, data in records] for n in names}}
+    lines = tail.poll(MAX_READ)
+    restarted = any(metrics_mod.parse_attempt(line) for line in lines)
+    if restarted and offset > 0:
+        reader = metrics_mod.MetricsReader(paths)  # the whole file, each step's latest attempt
+        reader.poll()
+        return {"offset": reader.offset, "source": path.name, "replace": True,
+                **_columns(list(reader.metrics.steps.items()))}
+    steps = metrics_mod.StepMetrics()
+    for line in lines:
+        attempt = metrics_mod.parse_attempt(line)
+        if attempt is not None:
+            steps.restart(attempt)
+        elif (record := parse(line)) is not None:
+            steps.add(*record)
+    return {"offset": tail.offset, "source": path.name, "replace": False, **_columns(list(steps.steps.items()))}
 
 
 def vllm_after(paths: RunPaths, offset: int) -> dict[str, Any]:
@@ -118,8 +171,9 @@ class SummaryCache:
         hit = self._seen.get(path)
         if hit is None or hit[0] != key:
             summary = trials_mod.read_summary(trials, step) or {}
+            counts = trials_mod.step_counts(summary)  # from the sessions, before they are left out
             summary.pop("sessions", None)
-            hit = self._seen[path] = (key, summary)
+            hit = self._seen[path] = (key, {**summary, **counts})
         return hit[1]
 
 
@@ -171,7 +225,8 @@ def create_app(root: Path, *, token: str | None = None) -> Any:
 
     @app.get("/api/runs")
     def runs() -> Any:
-        return {"root": str(folder.root), "runs": folder.runs()}
+        found = folder.runs()
+        return {"root": str(folder.root), "runs": found, "default": folder.default_run(found)}
 
     @app.get("/api/runs/{exp}/metrics")
     def metrics(exp: str, offset: int = 0) -> Any:

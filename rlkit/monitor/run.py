@@ -64,7 +64,7 @@ def locate(target: str | None, root: Path | None = None, overrides: dict[str, st
     logs = root / "logs"
     if not target:
         candidates = sorted((p for p in logs.glob("*.log") if not p.stem.endswith(("_vllm", "_proxy", "_reaper",
-                                                                                   "_server"))),
+                                                                                   "_server", "_attempts"))),
                             key=lambda p: p.stat().st_mtime, reverse=True) if logs.is_dir() else []
         if not candidates:
             raise UserError(f"no run found under {logs}", fix="pass a run config: rlkit status CFG.env")
@@ -185,16 +185,36 @@ def _scan(pid: int | None, exp: str, extra: list[int]) -> dict[str, list[int]]:
     return found
 
 
+def lock_owner_alive(lock: dict[str, Any]) -> bool:
+    """The lock's trainer still runs: on this host its pid lives and started before the lock was taken (not a
+    reused pid); elsewhere its heartbeat is fresh."""
+    pid = lock.get("pid")
+    if lock.get("host") != socket.gethostname():
+        age = _heartbeat_age(lock)
+        return age is not None and age < STALE_S
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    import psutil
+
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return False
+    try:
+        taken = dt.datetime.fromisoformat(str(lock.get("started"))).timestamp()
+    except ValueError:
+        return True
+    return created <= taken + 2.0
+
+
 def liveness(ref: RunRef, last_step: int | None, interrupted: bool = False) -> Liveness:
     """`interrupted`: a step folder past the last logged step exists (the run died inside that step)."""
     lock = read_lock(ref.paths.lock)
     if lock is not None:
-        pid = int(lock.get("pid") or 0) or None
+        pid = lock.get("pid") if isinstance(lock.get("pid"), int) else None
         age = _heartbeat_age(lock)
         local = lock.get("host") == socket.gethostname()
-        import psutil
-
-        alive = psutil.pid_exists(pid) if (local and pid) else (age is not None and age < STALE_S)
+        alive = lock_owner_alive(lock)
         extra = [int(c[0]) for c in lock.get("children") or [] if isinstance(c, list) and c]
         procs = _scan(pid if local and alive else None, ref.paths.exp, extra if local else [])
         return Liveness("running" if alive else "stale-lock", pid, age, lock.get("phase"), lock.get("step"), procs)

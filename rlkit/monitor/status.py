@@ -2,10 +2,15 @@
 
 Reads the ends of the metric files only (a 1 GB console log costs its first and last lines),
 step_<N>/summary.json of the first and last step, the last vLLM throughput line and the lock.
+Everything is the latest attempt's (rlkit.monitor.metrics): its step time, its reaper line (the
+one naming its pid), and N from its marker (else the config, else the lock), so the CLI and
+the dashboard say the same k/N. A gauge (vLLM's throughput) carries its age.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +31,9 @@ class RunStatus:
     latest: dict[str, float] = field(default_factory=dict)
     throughput: vllm_log.Throughput | None = None
     interrupted_step: int | None = None  # a step folder past the last logged step: the run died inside it
-    reaper: str | None = None  # the reaper's last line: what it cleaned up after the trainer died
+    reaper: str | None = None  # the latest attempt's reaper line: what it cleaned up after the trainer died
+    throughput_age_s: float | None = None  # how old the vLLM reading is
+    attempt: metrics.Attempt | None = None  # the latest attempt's marker
 
     def as_dict(self) -> dict[str, Any]:
         p = self.ref.paths
@@ -37,8 +44,10 @@ class RunStatus:
                 "step_time_s": self.step_time_s, "eta_s": self.eta_s,
                 "first_step_numbers": [n.as_dict() for n in self.numbers],
                 "interrupted_step": self.interrupted_step, "reaper": self.reaper,
+                "attempt": self.attempt.as_dict() if self.attempt else None,
                 "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
-                "vllm": self.throughput.as_dict() if self.throughput else None}
+                "vllm": ({**self.throughput.as_dict(), "age_s": self.throughput_age_s, "current": self.live.alive}
+                         if self.throughput else None)}
 
 
 LATEST = {"critic/rewards/mean": "reward", "rollout/pass_rate": "pass", "actor/kl_loss": "kl",
@@ -46,14 +55,47 @@ LATEST = {"critic/rewards/mean": "reward", "rollout/pass_rate": "pass", "actor/k
 LATEST_KEYS = tuple(LATEST)
 
 
+REAPER_PID_RE = re.compile(r"trainer pid (\d+) died")
+
+
+def total_steps(ref: RunRef, attempt: metrics.Attempt | None) -> int | None:
+    """N of k/N: the latest attempt's (what the trainer runs to), else the config's, else the lock's."""
+    if attempt is not None and attempt.total_steps:
+        return attempt.total_steps
+    if ref.total_steps:
+        return ref.total_steps
+    from rlkit.config.owner import read_lock
+
+    total = (read_lock(ref.paths.lock) or {}).get("total_steps")
+    return total if isinstance(total, int) and total > 0 else None
+
+
+def reaper_line(paths: Any, pid: int | None) -> str | None:
+    """The reaper's last report of a death, when it is about the latest attempt's trainer (`pid`; any without)."""
+    line = next(tail_mod.lines_from_end(paths.logs / f"{paths.exp}_reaper.log"), None)
+    m = REAPER_PID_RE.search(line or "")
+    if m is None or (pid is not None and int(m.group(1)) != pid):
+        return None
+    return line
+
+
+def _age(path: Any) -> float | None:
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return None
+
+
 def collect(ref: RunRef) -> RunStatus:
     paths = ref.paths
-    tail = metrics.last_records(paths, n=3)
-    first = metrics.first_record(paths)
+    end = metrics.tail(paths, n=3)
+    tail = end.records
+    ref.total_steps = total_steps(ref, end.attempt)
+    first = metrics.first_record(paths, end.attempt)
     steps_on_disk = trials.step_numbers(paths.trials)
     last_step = tail[-1][0] if tail else None
     first_step = first[0] if first else (steps_on_disk[0] if steps_on_disk else None)
-    times = [t for t in (metrics.elapsed(d) for _, d in tail) if t is not None]
+    times = [t for t in (metrics.elapsed(d) for _, d in end.latest_records) if t is not None]
     step_time = sum(times) / len(times) if times else None
     interrupted = bool(steps_on_disk) and steps_on_disk[-1] > (last_step or 0)
     live = liveness(ref, last_step, interrupted)
@@ -63,11 +105,12 @@ def collect(ref: RunRef) -> RunStatus:
     summary = trials.read_summary(paths.trials, first_step) if first_step is not None else None
     first_metrics = first[1] if first else {}
     numbers = firststep.first_step_numbers(summary, first_metrics, ref.tool_call_parser)
-    reaper = next(tail_mod.lines_from_end(paths.logs / f"{paths.exp}_reaper.log"), None)
+    pid = end.attempt.pid if end.attempt else None
     return RunStatus(ref, live, last_step, first_step, step_time, eta, numbers,
                      latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log),
                      interrupted_step=steps_on_disk[-1] if interrupted else None,
-                     reaper=reaper if reaper and "died" in reaper else None)
+                     reaper=reaper_line(paths, live.pid if live.pid else pid),
+                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt)
 
 
 def _duration(seconds: float) -> str:
@@ -96,6 +139,9 @@ def render(status: RunStatus) -> str:
     if live.state == "stopped" and status.interrupted_step is not None:
         state = f"not running: stopped during step {status.interrupted_step} (crashed or interrupted)"
     lines.append(f"state    {state}" + (f" ({', '.join(detail)})" if detail else "") + (f"   [{procs}]" if procs else ""))
+    if status.attempt is not None and status.attempt.attempt > 1:
+        lines.append(f"attempt  {status.attempt.attempt}: restarted after step {status.attempt.from_step}"
+                     + (f" at {status.attempt.time}" if status.attempt.time else ""))
     if status.reaper and not live.alive:
         lines.append(f"reaper   {status.reaper}")
     total = status.ref.total_steps
@@ -110,8 +156,10 @@ def render(status: RunStatus) -> str:
     lines.append(row)
     t = status.throughput
     if t is not None:
-        lines.append(f"vLLM     gen {t.gen_tps:.1f} tok/s, prompt {t.prompt_tps:.1f} tok/s, running {t.running}, "
-                     f"waiting {t.waiting}, KV {t.kv_usage:.1f}%  (at {t.time})")
+        age = "" if status.throughput_age_s is None else f", {_duration(status.throughput_age_s)} ago"
+        head = "vLLM     " if live.alive else "vLLM     last reading (the run is not running): "
+        lines.append(f"{head}gen {t.gen_tps:.1f} tok/s, prompt {t.prompt_tps:.1f} tok/s, running {t.running}, "
+                     f"waiting {t.waiting}, KV {t.kv_usage:.1f}%  (at {t.time}{age})")
     latest = status.latest
     if latest and status.last_step != status.first_step:
         bits = [f"{LATEST[k]} {latest[k]:.4g}" for k in LATEST_KEYS if k in latest]

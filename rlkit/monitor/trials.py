@@ -8,6 +8,10 @@
 Per-trial outcome and reward come from the summary's `sessions`; a summary without them (an
 older run) falls back to reward.txt. Every path a request names goes through `safe_child`:
 one plain name per level, resolved inside the run's folder.
+
+One rule counts a trial as passed in every table: graded (not masked) and reward >= 1, the rule
+of the summary's pass_rate. The outcome says why a trial ended: a trial that ran out of response
+tokens (`response_budget`) after fixing the code has that outcome and counts as passed.
 """
 
 from __future__ import annotations
@@ -73,6 +77,24 @@ def read_summary(trials_root: Path, step: int) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def passed(masked: Any, reward: Any) -> bool:
+    """The one rule (rlkit.rollout.summary's pass_rate): graded and reward >= 1."""
+    return not masked and isinstance(reward, int | float) and reward >= 1.0
+
+
+def step_counts(summary: dict[str, Any]) -> dict[str, Any]:
+    """passed / graded of a step by that rule: from its sessions, else from pass_rate (older summaries)."""
+    sessions = [s for s in summary.get("sessions") or [] if isinstance(s, dict)]
+    if sessions:
+        graded = [s for s in sessions if not s.get("masked")]
+        return {"passed": sum(passed(s.get("masked"), s.get("reward")) for s in graded), "graded": len(graded)}
+    trials, masked, rate = summary.get("trials"), summary.get("masked") or 0, summary.get("pass_rate")
+    if not isinstance(trials, int) or not isinstance(rate, int | float):
+        return {}
+    graded = trials - int(masked)
+    return {"passed": round(rate * graded), "graded": graded}
+
+
 def _reward_file(trial_dir: Path) -> float | None:
     text = read_text(trial_dir / "verifier" / "reward.txt", 100)
     try:
@@ -98,7 +120,7 @@ def list_trials(trials_root: Path, step: int, summary: dict[str, Any] | None = N
             outcome = "unknown" if reward is None else ("passed" if reward > 0 else "failed_tests")
             row = {"session": folder.name, "task_id": folder.name.rsplit("__", 1)[0], "outcome": outcome,
                    "reward": reward, "masked": None, "num_turns": None, "parse_failures": None}
-        rows.append(dict(row))
+        rows.append({**row, "passed": passed(row.get("masked"), row.get("reward"))})
     return rows
 
 
@@ -111,7 +133,10 @@ def _slim_step(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_detail(trials_root: Path, step: int, session: str) -> dict[str, Any]:
-    """What the browser shows of one trial: ATIF steps (token ids left out), test output, reward, exception."""
+    """What the browser shows of one trial: the instruction and the turns (rlkit.monitor.trajectory), ATIF
+    steps (token ids left out), test output, reward, exception."""
+    from rlkit.monitor.trajectory import turns
+
     folder = safe_child(trials_root, f"step_{step}", session)
     if not folder.is_dir():
         raise PathRefused(f"no trial {session!r} in step {step}", fix="pick a trial from the step's list")
@@ -120,6 +145,7 @@ def trial_detail(trials_root: Path, step: int, session: str) -> dict[str, Any]:
     return {
         "step": step, "session": session,
         "row": next((r for r in list_trials(trials_root, step) if r["session"] == session), None),
+        **turns(folder / "agent", trajectory if isinstance(trajectory, dict) else None),
         "atif": {k: v for k, v in (trajectory or {}).items() if k != "steps"} if isinstance(trajectory, dict) else None,
         "steps": [_slim_step(s) for s in steps if isinstance(s, dict)] if isinstance(steps, list) else [],
         "test_stdout": read_text(folder / "verifier" / "test-stdout.txt"),

@@ -6,8 +6,11 @@ docker and, when a cluster is configured, on kubernetes; each is judged by its o
 when that run is named (`experiment`) and `force` is set; other users' only with `other_users`.
 With `processes=True` it stops rlkit's orphaned server processes (vLLM, proxy / litellm workers,
 dashboard, Ray daemons; rlkit.ops.procs) wherever they listen, names what still holds the ports,
-and with `tmp=True` clears stale /tmp leftovers (rlkit.ops.tmpfiles).
-Safe to re-run, and safe when nothing is up: a second run finds nothing.
+and with `tmp=True` clears stale leftovers on disk (rlkit.ops.tmpfiles: vLLM sockets and scratch
+folders, dead Ray sessions) and the locks of runs whose trainer and reaper both died.
+Given a project, every part is scoped to that project's runs (tests always pass one: a cleanup
+never touches what its caller did not make). Safe to re-run, and safe when nothing is up: a
+second run finds nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rlkit.sandbox import labels as L
 
 @dataclass
 class Removed:
-    kind: str  # container | pod | process | tmp
+    kind: str  # container | pod | process | tmp | lock
     name: str
     detail: str = ""
 
@@ -67,14 +70,19 @@ class Policy:
             return True, f"forced: {why}"
         if state is Verdict.OTHER_USER:
             return False, f"{why}; left alone (--other-users removes other users' orphans)"
+        if state is Verdict.UNOWNED:
+            if experiment:  # asked for by name
+                return True, f"named run: {why}"
+            return False, f"{why}; left alone (--experiment NAME removes it)"
         hint = "; name the run and pass --force to remove" if state is Verdict.LIVE else ""
         return False, f"{state.value}: {why}{hint}"
 
 
 def _owned_by_caller(labels: dict[str, str]) -> bool:
-    from rlkit.config.owner import host
+    from rlkit.config.owner import host, uid
 
-    return labels.get(L.OWNER_PID) == str(os.getpid()) and labels.get(L.OWNER_HOST) == L.label_value(host())
+    return (labels.get(L.OWNER_PID) == str(os.getpid()) and labels.get(L.OWNER_HOST) == L.label_value(host())
+            and labels.get(L.OWNER_UID) == str(uid()))
 
 
 def _describe(labels: dict[str, str]) -> str:
@@ -146,11 +154,24 @@ def clean_k8s(report: CleanupReport, project: str | None, experiment: str | None
         report.removed.append(Removed("pod", f"{namespace}/{pod_name}", _describe(pod_labels)))
 
 
-# ---- processes, ports, /tmp ---------------------------------------------------------------------
-def clean_processes(report: CleanupReport, output_roots: list[Path]) -> None:
-    from rlkit.ops import procs
+# ---- processes, ports, /tmp, stale locks ----------------------------------------------------------
+def clean_processes(report: CleanupReport, output_roots: list[Path], project: str | None = None,
+                    experiment: str | None = None, leftovers: list[Path] | None = None) -> None:
+    """Stop orphaned rlkit processes (with a project, only its runs'); the folders they wrote to go into
+    `leftovers`, for the scoped /tmp pass after they are gone."""
+    import psutil
 
-    orphans = [p for p in procs.scan(output_roots) if p.orphan]
+    from rlkit.ops import procs
+    from rlkit.ops.tmpfiles import process_leftovers
+
+    orphans = [p for p in procs.scan(output_roots, project, experiment) if p.orphan]
+    if leftovers is not None:
+        for p in orphans:
+            try:
+                environ = psutil.Process(p.pid).environ()
+            except psutil.Error:
+                environ = {}
+            leftovers += process_leftovers(p.cmd, environ)
     if not report.dry_run:
         orphans, errors = procs.stop(orphans)
         report.errors += errors
@@ -167,10 +188,29 @@ def check_ports(report: CleanupReport, ports: Iterable[int]) -> None:
             report.warnings.append(f"port {port} is held by pid {pid} ({cmd[:80] or '?'}), {whose}; left alone")
 
 
-def clean_tmp(report: CleanupReport) -> None:
-    from rlkit.ops.tmpfiles import remove, stale_tmp
+def stale_locks(output_root: Path, project: str | None = None,
+                experiment: str | None = None) -> list[tuple[Path, dict]]:
+    """Locks under output_root/logs whose run is dead (its trainer and reaper both gone), with a project
+    only its runs'."""
+    from rlkit.config.owner import lock_is_stale, read_lock
 
-    for path, what in stale_tmp():
+    logs = output_root / "logs"
+    found = []
+    for path in sorted(logs.glob("*.lock")) if logs.is_dir() else ():
+        lock = read_lock(path)
+        if lock is None or not lock_is_stale(lock):
+            continue
+        if project and (lock.get("project") != project or (experiment and lock.get("exp") != experiment)):
+            continue
+        found.append((path, lock))
+    return found
+
+
+def clean_tmp(report: CleanupReport, candidates: Iterable[Path] | None = None) -> None:
+    """Leftovers on disk: with `candidates` (a scoped cleanup) only those; else every stale one of this user."""
+    from rlkit.ops.tmpfiles import remove, scoped, stale_tmp
+
+    for path, what in stale_tmp() if candidates is None else scoped(candidates):
         error = None if report.dry_run else remove(path)
         if error:
             report.errors.append(f"{path}: {error}")
@@ -178,18 +218,34 @@ def clean_tmp(report: CleanupReport) -> None:
             report.removed.append(Removed("tmp", str(path), what))
 
 
+def clean_locks(report: CleanupReport, locks: list[tuple[Path, dict]]) -> None:
+    """A dead run's lock goes once what it lists is gone (the reaper does this after a kill -9 of the
+    trainer; this covers a reaper that died too)."""
+    for path, lock in locks:
+        if not report.dry_run:
+            path.unlink(missing_ok=True)
+        report.removed.append(Removed("lock", str(path), f"run {lock.get('project')}/{lock.get('exp')}, trainer "
+                                                         f"pid {lock.get('pid')} gone, died at step {lock.get('step')}"))
+
+
 # ---- entry point ---------------------------------------------------------------------------------
 def cleanup(project: str | None = None, experiment: str | None = None, *, dry_run: bool = False,
             docker: bool = True, k8s: bool | None = None, processes: bool = False, tmp: bool = False,
             ports: Iterable[int] = (), policy: Policy | None = None, namespace: str | None = None,
             log: Callable[[str], None] | None = None) -> CleanupReport:
-    """Remove this user's orphaned sandboxes (and with `processes` / `tmp`, orphaned processes / leftovers)."""
+    """Remove this user's orphaned sandboxes (and with `processes` / `tmp`, orphaned processes / leftovers).
+
+    With a project, every part is scoped to that project's runs: sandboxes by label, processes by the
+    owner environment or a stale lock of the project, leftovers on disk only when that run's stale
+    lock or orphaned processes name them. Without one it looks at everything of this user."""
     from rlkit.sandbox.dockerd import dockerd_answers
 
     policy = policy or Policy()
     report = CleanupReport(dry_run=dry_run)
+    locks = stale_locks(policy.output_root, project, experiment) if processes and tmp else []
+    leftovers: list[Path] = [Path(p) for _, lock in locks for p in lock.get("leftovers") or [] if isinstance(p, str)]
     if processes:  # servers first: a dead run's proxy must not keep a sandbox busy
-        clean_processes(report, [policy.output_root])
+        clean_processes(report, [policy.output_root], project, experiment, leftovers)
     # No daemon answering means no containers to clean; never start one just for cleanup.
     if docker and dockerd_answers():
         clean_docker(report, project, experiment, policy)
@@ -199,7 +255,8 @@ def cleanup(project: str | None = None, experiment: str | None = None, *, dry_ru
         except Exception as exc:  # noqa: BLE001 — an unreachable cluster must not stop docker cleanup
             report.warnings.append(f"kubernetes not cleaned: {str(exc)[:200]}")
     if tmp:
-        clean_tmp(report)
+        clean_tmp(report, leftovers if project else None)
+    clean_locks(report, locks)
     if processes and not dry_run:
         check_ports(report, ports)
     if log:

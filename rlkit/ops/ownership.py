@@ -2,9 +2,11 @@
 
     orphan      mine, and its owner is gone (pid dead or reused here; the run's lock stale elsewhere)
     live        mine, and its owner still runs: left alone unless the run is named and forced
-    other_user  labelled with another user: listed, never removed without --other-users
+    other_user  labelled with another uid: listed, never removed without --other-users
+    unowned     no owner uid recorded (made by hand, or before the owner labels): listed, removed
+                only when its run is named (--experiment)
     unknown     mine on another host with no lock to read: left alone, listed
-Sandboxes from before the owner labels (no rlkit.owner_pid) count as orphans of their project.
+"Mine" is the label rlkit.owner_uid against this process's real uid: never a name from $USER.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class Verdict(StrEnum):
     ORPHAN = "orphan"
     LIVE = "live"
     OTHER_USER = "other_user"
+    UNOWNED = "unowned"
     UNKNOWN = "unknown"
 
 
@@ -36,12 +39,15 @@ def run_lock(labels: dict[str, str], output_root: Path) -> dict | None:
 
 def verdict(labels: dict[str, str], output_root: Path, *, any_user: bool = False) -> tuple[Verdict, str]:
     """(verdict, why) for one sandbox's labels; `any_user` judges other users' sandboxes by liveness too."""
-    user = labels.get(L.OWNER_USER, "")
-    if user and user != L.label_value(O.me()) and not any_user:
-        return Verdict.OTHER_USER, f"owned by user {user}"
+    uid_text = labels.get(L.OWNER_UID, "")
+    if not uid_text.isdigit():
+        return Verdict.UNOWNED, "no owner uid recorded (made by hand, or before owner labels)"
+    if int(uid_text) != O.uid() and not any_user:
+        name = labels.get(L.OWNER_USER) or "?"
+        return Verdict.OTHER_USER, f"owned by uid {uid_text} ({name})"
     pid_text = labels.get(L.OWNER_PID, "")
     if not pid_text.isdigit():
-        return Verdict.ORPHAN, "no owner recorded (labelled before owner labels)"
+        return Verdict.UNOWNED, "no owner pid recorded"
     pid, start = int(pid_text), O._float(labels.get(L.OWNER_START))
     owner_host = labels.get(L.OWNER_HOST, "")
     if not owner_host or owner_host == L.label_value(O.host()):

@@ -8,8 +8,10 @@ It is an orphan (and may be stopped) only when it can be traced to an owner that
   - or, with no owner recorded, it is an rlkit command (proxy, dashboard) or a vLLM with rlkit's
     scratch dirs that was reparented to init (its parent is gone).
 Processes of a live run (its lock's pid, the lock's processes, their descendants) are never
-stopped; nor are other users' processes, the trainer itself, or anything else. Ray daemons
-nobody can be traced to (a `ray start` by hand) are left alone.
+stopped; nor are other users' processes (by real uid), the trainer itself, or anything else.
+Ray daemons nobody can be traced to (a `ray start` by hand) are left alone. A scan scoped to a
+project sees only processes whose owner environment names that project, or that a stale lock
+of that project lists.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ def _cmdline(proc) -> str:
         return ""
 
 
-def _lock_members(output_roots: list[Path]) -> tuple[set[int], dict[tuple[int, int], str]]:
-    """(pids of live runs and their descendants, {(pid, start): lock} of stale locks' processes)."""
+def _lock_members(output_roots: list[Path], project: str | None = None,
+                  experiment: str | None = None) -> tuple[set[int], dict[tuple[int, int], str]]:
+    """(pids of live runs and their descendants, {(pid, start): lock} of stale locks' processes; with a
+    project, only the stale locks of its runs)."""
     import psutil
 
     protected: set[int] = set()
@@ -71,6 +75,8 @@ def _lock_members(output_roots: list[Path]) -> tuple[set[int], dict[tuple[int, i
                 continue
             members = [(lock.get("pid"), None), *[(c[0], c[1]) for c in lock.get("children") or [] if len(c) == 2]]
             if O.lock_is_stale(lock):
+                if project and (lock.get("project") != project or (experiment and lock.get("exp") != experiment)):
+                    continue
                 for pid, start in members:
                     if start is not None:
                         stale[(int(pid), int(start))] = str(path)
@@ -85,45 +91,48 @@ def _lock_members(output_roots: list[Path]) -> tuple[set[int], dict[tuple[int, i
     return protected, stale
 
 
-def scan(output_roots: list[Path]) -> list[Proc]:
-    """This user's rlkit processes, each judged orphan or not."""
+def scan(output_roots: list[Path], project: str | None = None, experiment: str | None = None) -> list[Proc]:
+    """This user's (real uid's) rlkit processes, each judged orphan or not; with a project, only its runs'."""
     import psutil
 
-    me, mine = O.me(), os.getpid()
+    me, uid, mine = O.me(), O.uid(), os.getpid()
     skip = {mine, *(p.pid for p in psutil.Process(mine).parents())}
-    protected, stale = _lock_members(output_roots)
+    protected, stale = _lock_members(output_roots, project, experiment)
     found: list[Proc] = []
-    for proc in psutil.process_iter(["pid", "ppid", "username", "create_time", "name"]):
+    for proc in psutil.process_iter(["pid", "ppid", "uids", "create_time", "name"]):
         info = proc.info
-        if info["pid"] in skip:
+        if info["pid"] in skip or info["uids"] is None or info["uids"].real != uid:
             continue
         cmd = _cmdline(proc)
         kind = kind_of(cmd, info["name"] or "")
         if kind is None:
             continue
-        user, start = info["username"] or "", info["create_time"] or 0.0
-        if user != me:
-            continue
-        orphan, why = _judge(proc, kind, cmd, start, protected, stale)
-        found.append(Proc(info["pid"], start, kind, cmd, user, orphan, why))
+        start = info["create_time"] or 0.0
+        judged = _judge(proc, kind, cmd, start, protected, stale, project, experiment)
+        if judged is not None:
+            found.append(Proc(info["pid"], start, kind, cmd, me, *judged))
     return found
 
 
-def _judge(proc, kind: str, cmd: str, start: float, protected: set[int],
-           stale: dict[tuple[int, int], str]) -> tuple[bool, str]:
+def _judge(proc, kind: str, cmd: str, start: float, protected: set[int], stale: dict[tuple[int, int], str],
+           project: str | None = None, experiment: str | None = None) -> tuple[bool, str] | None:
+    """(orphan, why); None for a process outside the scope (another project's, or one nobody owns)."""
     import psutil
 
-    if kind == "run":
-        return False, "a run (never stopped by cleanup)"
-    if proc.pid in protected:
-        return False, "belongs to a live run (its lock)"
-    if (proc.pid, int(start)) in stale:
-        return True, f"listed by stale lock {stale[(proc.pid, int(start))]}"
+    listed = stale.get((proc.pid, int(start)))
     try:
         environ = proc.environ()
     except psutil.Error:
         environ = {}
     owner = O.Owner.from_env(environ, O.me())
+    if project and listed is None and (owner is None or not owner.in_scope(project, experiment)):
+        return None
+    if kind == "run":
+        return False, "a run (never stopped by cleanup)"
+    if proc.pid in protected:
+        return False, "belongs to a live run (its lock)"
+    if listed is not None:
+        return True, f"listed by stale lock {listed}"
     if owner is not None:
         if owner.alive():
             return False, f"owner pid {owner.pid} is running"

@@ -3,8 +3,10 @@
 Keys are the same on both backends. Values are sanitised to what k8s label values allow
 (63 chars of [A-Za-z0-9._-]), which docker accepts too.
 
-The owner labels (user, host, pid and the pid's start time) let `rlkit cleanup` remove only
+The owner labels (uid, host, pid and the pid's start time) let `rlkit cleanup` remove only
 orphans: sandboxes whose owning process is gone (a reused pid has another start time).
+Ownership is the numeric uid (the creating process's real uid); the user name beside it is
+for people reading `docker ps`, never compared.
 The owner is the process named by RLKIT_OWNER_PID (rlkit.config.owner) when a launcher set
 it, else the process that creates the sandbox.
 """
@@ -25,9 +27,11 @@ SESSION = "rlkit.session"
 TASK = "rlkit.task"
 OWNER_PID = "rlkit.owner_pid"
 OWNER_HOST = "rlkit.owner_host"
-OWNER_USER = "rlkit.owner_user"
+OWNER_USER = "rlkit.owner_user"  # the uid's login name, for reading only
+OWNER_UID = "rlkit.owner_uid"  # the real uid of the owner: what ownership is decided by
 OWNER_START = "rlkit.owner_start"  # the owner pid's create time, 2 decimals (a reused pid differs)
-ALL_KEYS = (MANAGED, PROJECT, EXPERIMENT, STEP, SESSION, TASK, OWNER_PID, OWNER_HOST, OWNER_USER, OWNER_START)
+ALL_KEYS = (MANAGED, PROJECT, EXPERIMENT, STEP, SESSION, TASK, OWNER_PID, OWNER_HOST, OWNER_USER, OWNER_UID,
+            OWNER_START)
 
 _BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -70,6 +74,7 @@ class SandboxLabels:
             OWNER_PID: owner[_owner.OWNER_PID_ENV],
             OWNER_HOST: label_value(_owner.host()),
             OWNER_USER: label_value(_owner.me()),
+            OWNER_UID: str(_owner.uid()),
             OWNER_START: owner[_owner.OWNER_START_ENV],
         }
 

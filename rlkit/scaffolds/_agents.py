@@ -61,9 +61,11 @@ class TokenRecordMixin:
         self._trajectory_url = rlkit_trajectory_url
         self._scaffold = rlkit_scaffold
         self._record: dict[str, Any] | None = None
+        self._instruction: str | None = None
         super().__init__(*args, **kwargs)
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        self._instruction = instruction  # the trajectory's first step: what the agent was asked
         try:
             await super().run(instruction, environment, context)  # type: ignore[misc]
         finally:
@@ -91,7 +93,8 @@ class TokenRecordMixin:
             return
         model = getattr(self, "model_name", None)
         write_token_trajectory(self.logs_dir, self._record, scaffold=self._scaffold, model_name=model,
-                               agent_version=str(self.version() or "unknown"))  # type: ignore[attr-defined]
+                               agent_version=str(self.version() or "unknown"),  # type: ignore[attr-defined]
+                               instruction=self._instruction)
 
     def populate_context_post_run(self, context: AgentContext) -> None:
         # The agent's own conversion (from its native logs) may have just written

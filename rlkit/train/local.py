@@ -10,13 +10,16 @@ Outputs are a cluster run's (`rlkit.config.paths.RunPaths`): logs/<exp>.log and 
 verl's metric names, harbor_trials/<project>/<exp>/step_<N>/, checkpoints/<project>/<exp>/
 global_step_<N>/ every TRAINER_SAVE_FREQ, validation every TRAINER_TEST_FREQ.
 RESUME_MODE=auto continues from the latest checkpoint (step, weights, optimizer, RNG; the
-sampler is a pure function of seed and step). Ctrl-C / SIGTERM unwind through `finally`;
-a kill -9 is cleaned up by the reaper (`rlkit.train.reaper`).
+sampler is a pure function of seed and step); each start writes an attempt marker to the
+metric logs. Ctrl-C / SIGTERM finish or abandon the step in flight and save the last finished
+step (`rlkit.train.stop`), then unwind through `finally`, which stops Ray, vLLM and the proxy
+and removes their folders; a kill -9 is cleaned up by the reaper (`rlkit.train.reaper`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -34,7 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
-LOCAL_RAY_ADDRESS = "127.0.0.2"
 RAY_START_ATTEMPTS = 3
 
 
@@ -134,37 +136,36 @@ def policy_config(cfg: RunConfig) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
-    """A small Ray of this process (2 CPUs, no dashboard, a 100 MiB object store); yields its processes
-    as (pid, start time) for the lock, so the reaper can stop them after a kill -9."""
+    """A small Ray of this process (2 CPUs, no dashboard, a 100 MiB object store, loopback only); yields its
+    processes as (pid, start time) for the lock, so the reaper can stop them after a kill -9. Its session
+    folder goes when it stops."""
     import psutil
     import ray
 
+    from rlkit.train.ray_local import loopback_only, remove_session, session_dir
+
+    node_address = loopback_only()
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
     # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
     for attempt in range(1, RAY_START_ATTEMPTS + 1):
         try:
             ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
                      object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
-                     namespace=f"rlkit-{paths.project}-{paths.exp}",
-                     # a one-machine Ray talks over loopback only; Ray swaps 127.0.0.1 for the host's
-                     # address, not the rest of 127/8
-                     _node_ip_address=LOCAL_RAY_ADDRESS)
+                     namespace=f"rlkit-{paths.project}-{paths.exp}", _node_ip_address=node_address)
             break
         except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
             ray.shutdown()
             if attempt == RAY_START_ATTEMPTS:
                 raise
             log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
+    session = session_dir()
     try:
         me = psutil.Process()
         children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
         yield children
     finally:
         ray.shutdown()
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+        remove_session(session)
 
 
 def process_ids(pids: list[int]) -> list[list[float]]:
@@ -189,6 +190,11 @@ class LocalTrainer:
         self.state_dir = root / ".rlkit" / "runs" / self.paths.project / self.paths.exp
         self.progress = StepProgress(console)
         self._counts: dict[str, int] = {}  # the rollout actor's last trial counts
+        from rlkit.train.stop import GracefulStop
+
+        self.stop = GracefulStop(note=self.progress.note)  # handlers only while run() is in it
+        self._saved_step = 0  # the last step with a checkpoint (a resumed run's start has one)
+        self._save_last: Any = None  # saves the last finished step when a stop abandons a step
 
     # ---- pieces
     def _rows(self, key: str) -> list[Any]:
@@ -222,6 +228,10 @@ class LocalTrainer:
 
         self.progress.phase(phase)
         while True:
+            if self.stop.requested:  # a stop abandons a rollout or a validation in flight
+                if self._save_last is not None:
+                    self._save_last()
+                self.stop.check()
             done, _ = ray.wait([ref], timeout=1.0)
             with contextlib.suppress(Exception):
                 self._counts = ray.get(rollout.progress.remote(), timeout=5)
@@ -234,6 +244,7 @@ class LocalTrainer:
         from rlkit.launch.lock import RunLock
         from rlkit.train.reaper import start_reaper
         from rlkit.train.runlog import MetricsLog
+        from rlkit.train.stop import StopRequested
 
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         lock = RunLock(self.paths.lock, project=self.paths.project, exp=self.paths.exp,
@@ -241,18 +252,23 @@ class LocalTrainer:
         lock.acquire()
         reaper = start_reaper(self.paths.lock)
         lock.update(reaper_pid=reaper.pid)
-        previous = signal.signal(signal.SIGTERM, _sigterm)
         metrics_log = None
         try:
-            if lock.previous is not None:  # a run of this experiment died: its sandboxes may still be up
-                from rlkit.ops.cleanup import cleanup
+            with self.stop:
+                if lock.previous is not None:  # a run of this experiment died: its sandboxes may still be up
+                    from rlkit.ops.cleanup import cleanup
 
-                for exp in (self.paths.exp, self.paths.val_exp):
-                    cleanup(self.paths.project, exp, k8s=False, log=self.progress.note)
-            metrics_log = MetricsLog(self.paths, self.cfg.LOGGER, echo=self.progress.note,
-                                     wandb_key=self.cfg.WANDB_API_KEY, config=tracking_config(self.resolved))
-            with self.progress, secrets_masked_in_logs(self.resolved):
-                return self._train(lock, metrics_log)
+                    for exp in (self.paths.exp, self.paths.val_exp):
+                        cleanup(self.paths.project, exp, k8s=False, log=self.progress.note)
+                metrics_log = MetricsLog(self.paths, self.cfg.LOGGER, echo=self.progress.note,
+                                         wandb_key=self.cfg.WANDB_API_KEY, config=tracking_config(self.resolved))
+                with self.progress, secrets_masked_in_logs(self.resolved):
+                    try:
+                        return self._train(lock, metrics_log)
+                    except StopRequested:  # abandoned mid-step, after saving the last finished one
+                        self.stop.raise_if_stopped(self.cfg.EXP_NAME, int(lock.data.get("step", 0)),
+                                                   self._saved_step, self.cfg.TRAINER_SAVE_FREQ)
+                        raise
         finally:
             # a second Ctrl-C / SIGTERM must not cut the teardown short
             held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -263,8 +279,28 @@ class LocalTrainer:
                 lock.release()
             finally:
                 reaper.terminate()
-                signal.signal(signal.SIGINT, held[signal.SIGINT])
-                signal.signal(signal.SIGTERM, previous)
+                for sig, handler in held.items():
+                    signal.signal(sig, handler)
+
+    def _save(self, policy: Any, sampler: Any, step: int) -> float:
+        """A checkpoint of `step` (verl's layout); its seconds."""
+        import ray
+
+        t = time.perf_counter()
+        ray.get(policy.save_checkpoint.remote(str(self.paths.checkpoints), step, {
+            "global_step": step, "seed": self.cfg.SEED, "sampler_next_step": step,
+            "epoch": sampler.epoch_of(step, self.cfg.TRAIN_BSZ)}))
+        self._saved_step = step
+        return time.perf_counter() - t
+
+    def _save_on_stop(self, lock: Any, policy: Any, sampler: Any) -> None:
+        """A stop abandoned the step in flight: checkpoint the last finished one, unless it has one or
+        TRAINER_SAVE_FREQ <= 0 says never."""
+        done = int(lock.data.get("step", 0))
+        if done > self._saved_step and self.cfg.TRAINER_SAVE_FREQ > 0:
+            lock.update(phase="save")
+            self.progress.phase(f"stop: checkpoint of step {done}")
+            self._save(policy, sampler, done)
 
     def _remove_sandboxes(self) -> None:
         from rlkit.config.schema import Backend
@@ -283,7 +319,10 @@ class LocalTrainer:
         from rlkit.launch.weight_sync import LogprobProbe
         from rlkit.tasks.sampler import TaskSampler
         from rlkit.train.actors import PolicyWorker, RolloutWorker
+        from rlkit.train.perf import StepPerf
+        from rlkit.train.ray_local import session_dir
         from rlkit.train.step_metrics import rollout_metrics
+        from rlkit.train.stop import drop_resume_point
 
         cfg = self.cfg
         rows = self._rows("TRAIN_FILES")
@@ -302,19 +341,25 @@ class LocalTrainer:
         for trials in (self.paths.trials, self.paths.val_trials):
             for moved in set_aside_stale_steps(trials, start):
                 self.progress.note(f"set aside an interrupted step's trials: {moved}")
-        lock.update(phase="ray")
+        lock.update(phase="ray", total_steps=last)
+        perf = StepPerf(model_path, self.resolved.path("RLKIT_CACHE_DIR"))
         with local_ray(self.paths) as ray_children:
-            lock.update(children=ray_children, phase="inference")
+            self.stop.reinstall()  # ray.init put its own SIGTERM handler in place
+            # what outlives a kill -9 of this process: the reaper (or `rlkit cleanup`) removes it
+            leftovers = [str(p) for p in (session_dir(),) if p]
+            lock.update(children=ray_children, phase="inference", leftovers=leftovers)
             inf_config = InferenceConfig.from_run_config(cfg, root=self.resolved.root, log_dir=self.paths.logs,
                                                          model_path=model_path)
             with inference(inf_config) as inf:
+                leftovers += [str(p) for p in inf.leftovers()]
+                lock.update(children=ray_children + process_ids(inf.processes()), leftovers=leftovers)
                 policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None)
                 # the actors' processes too: after a kill -9 the reaper stops them before removing sandboxes
                 actor_pids = ray.get([policy.pid.remote(), rollout.pid.remote()])
-                lock.update(phase="actors", children=ray_children + process_ids(actor_pids))
+                lock.update(phase="actors", children=ray_children + process_ids(actor_pids + inf.processes()))
                 self.progress.start_run(start, last)
                 if start:
                     self.progress.phase(f"resume from global_step_{start}")
@@ -326,6 +371,12 @@ class LocalTrainer:
                                        f"(weights live in vLLM in {saved['seconds']:.1f}s, "
                                        f"{'verified' if report.verified else 'NOT verified'} by the probe)")
                 self.progress.start_run(start, last)
+                metrics_log.mark_attempt(start, last, str(self.resolved.config_path))
+                self._saved_step = start  # a checkpoint exists at the step a run resumes from
+                self._save_last = functools.partial(self._save_on_stop, lock, policy, sampler)
+                # a step checkpointed only to resume from (not due by TRAINER_SAVE_FREQ): dropped once a later one exists
+                resume_point = start if start and not due(start, cfg.TRAINER_SAVE_FREQ, last) else None
+                self.stop.arm()  # from here a first signal finishes or abandons the step and saves
                 if val_rows and start == 0:  # verl's val_before_train: the starting policy's numbers, at step 0
                     lock.update(phase="validate")
                     t = time.perf_counter()
@@ -361,24 +412,26 @@ class LocalTrainer:
                         report = inf.sync_weights(weights_dir, probe=probe)
                         metrics["timing_s/update_weights"] = time.perf_counter() - t
                         metrics.update(report.metrics())
-                    if due(step, cfg.TRAINER_SAVE_FREQ, last):
+                    if cfg.TRAINER_SAVE_FREQ > 0:  # every finished step is the resume point; due ones are kept
                         lock.update(phase="save")
                         self.progress.phase(f"step {step}: checkpoint")
-                        t = time.perf_counter()
-                        ray.get(policy.save_checkpoint.remote(str(ckpt_root), step, {
-                            "global_step": step, "seed": cfg.SEED, "sampler_next_step": step,
-                            "epoch": sampler.epoch_of(step, cfg.TRAIN_BSZ)}))
-                        metrics["timing_s/save_checkpoint"] = time.perf_counter() - t
-                    if val_rows and due(step, cfg.TRAINER_TEST_FREQ, last):
+                        metrics["timing_s/save_checkpoint"] = self._save(policy, sampler, step)
+                        drop_resume_point(self.paths.checkpoints, resume_point)
+                        resume_point = None if due(step, cfg.TRAINER_SAVE_FREQ, last) else step
+                    if val_rows and due(step, cfg.TRAINER_TEST_FREQ, last) and not self.stop.requested:
                         lock.update(phase="validate")
                         t = time.perf_counter()
                         metrics.update(self._validate(rollout, step, val_rows))
                         metrics["timing_s/testing"] = time.perf_counter() - t
                     metrics["timing_s/step"] = time.perf_counter() - t_step
                     metrics["perf/time_per_step"] = metrics["timing_s/step"]
+                    metrics.update(perf.metrics(result.records, metrics))
                     metrics_log.log(step, metrics)
                     lock.update(step=step, phase="done" if step == last else "next")
                     self.progress.step_done(step, metrics, step_counts)
+                    if self.stop.requested:  # this step finished and is saved: stop here
+                        break
+        self.stop.raise_if_stopped(cfg.EXP_NAME, int(lock.data.get("step", 0)), self._saved_step, cfg.TRAINER_SAVE_FREQ)
         return 0
 
 

@@ -2,10 +2,11 @@
 
 The trainer starts this as a separate session (`python -m rlkit.train.reaper LOCK`) that
 outlives it. It waits for the trainer's pid to go; if the run's lock still names that pid
-(the trainer did not finish cleanly), it removes the run's labelled sandboxes and stops the
-processes the lock lists (`children`: Ray's daemons and agents, with their start times so
-a reused pid is never hit), then removes the lock. vLLM and the proxy need no help: they
-die with the trainer (PDEATHSIG). What it did goes to logs/<exp>_reaper.log.
+(the trainer did not finish cleanly), it stops the processes the lock lists (`children`:
+Ray's daemons, agents and actors, vLLM and the proxy, with their start times so a reused pid
+is never hit) and what they started, removes the run's labelled sandboxes and the folders the
+lock lists (`leftovers`: Ray's session folder, vLLM's scratch folder), then removes the lock.
+What it did goes to logs/<exp>_reaper.log.
 """
 
 from __future__ import annotations
@@ -35,19 +36,39 @@ def start_reaper(lock_path: Path) -> subprocess.Popen:
 
 
 def stop_processes(children: list[list[float]]) -> list[int]:
-    """SIGTERM, then SIGKILL after a grace period, the (pid, start time) pairs still alive."""
+    """SIGTERM, then SIGKILL after a grace period, the (pid, start time) pairs still alive and what they
+    started (vLLM's engine core, Ray's workers)."""
     import psutil
 
-    alive = []
+    alive: dict[int, psutil.Process] = {}
     for pid, started in children:
         try:
             proc = psutil.Process(int(pid))
             if abs(proc.create_time() - started) < 1.0:
-                alive.append(proc)
+                alive[proc.pid] = proc
+                alive.update((p.pid, p) for p in proc.children(recursive=True))
         except psutil.Error:
             continue
-    terminate_then_kill(alive, TERM_GRACE_S)  # gone before the lock says the run is over
-    return [p.pid for p in alive]
+    terminate_then_kill(list(alive.values()), TERM_GRACE_S)  # gone before the lock says the run is over
+    return sorted(alive)
+
+
+def remove_leftovers(paths: list[str]) -> list[str]:
+    """Remove the folders the lock lists, when they have the shape of a run's leftovers."""
+    from rlkit.ops.tmpfiles import leftover_kind, remove
+    from rlkit.train.ray_local import remove_session
+
+    removed = []
+    for text in paths:
+        path = Path(text)
+        if not path.exists() or leftover_kind(path) is None:
+            continue
+        if path.name.startswith("session_"):
+            remove_session(path)
+        elif remove(path) is not None:
+            continue
+        removed.append(text)
+    return removed
 
 
 def reap(lock_path: Path, trainer_pid: int) -> str:
@@ -65,10 +86,12 @@ def reap(lock_path: Path, trainer_pid: int) -> str:
     for name in ((exp, f"{exp}_val") if project and exp else ()):
         # this run is named and known dead: force, so a sandbox labelled by a still-running actor goes too
         removed += len(cleanup(project, name, k8s=False, policy=Policy(lock_path.parent.parent, force=True)).removed)
+    folders = remove_leftovers([p for p in lock.get("leftovers") or [] if isinstance(p, str)])
     if read_lock(lock_path) == lock:
         lock_path.unlink(missing_ok=True)
     return (f"trainer pid {trainer_pid} died at step {lock.get('step')} ({lock.get('phase')}): removed "
-            f"{removed} sandbox(es), stopped {len(stopped)} process(es) {stopped}, removed the lock")
+            f"{removed} sandbox(es), stopped {len(stopped)} process(es) {stopped}, removed {len(folders)} "
+            f"folder(s) {folders}, removed the lock")
 
 
 def main(argv: list[str]) -> int:

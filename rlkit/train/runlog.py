@@ -8,11 +8,20 @@
                verl's own `Tracking` backends; event files under logs/tensorboard/<project>/<exp>/,
                wandb offline under logs/wandb/ when there is no WANDB_API_KEY
 
+Every attempt of a run (the first start and each restart) writes one marker line to both
+files before its steps: `{"event": "attempt", "attempt": N, "from_step": S, "total_steps": T,
+"pid": P, "time": ISO, "config": PATH}` in the JSONL and `[rlkit] attempt {...same JSON...}` in
+the console log, and in logs/<exp>_attempts.jsonl (where readers find the latest one without
+reading the whole log). A restart from step S redoes the steps after S: readers keep, for each
+step, the latest attempt's line (`read_jsonl` here, rlkit.monitor.metrics for status and the
+dashboard).
+
 Status and the dashboard read the two files; they never ask which trainer wrote them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import numbers
@@ -25,6 +34,8 @@ from typing import Any
 from rlkit.config.paths import RunPaths
 
 OWN_BACKENDS = ("console", "file")
+ATTEMPT_EVENT = "attempt"
+CONSOLE_ATTEMPT_PREFIX = "[rlkit] attempt "
 
 
 def console_line(step: int, data: Mapping[str, Any]) -> str:
@@ -85,6 +96,27 @@ class MetricsLog:
         if self._tracking is not None:
             self._tracking.log({k: v for k, v in clean.items() if isinstance(v, int | float)}, step=step)
 
+    def mark_attempt(self, from_step: int, total_steps: int, config: str = "") -> int:
+        """Write this attempt's marker to the console and file logs; its number (1 on a fresh run)."""
+        attempt = 1 + sum(1 for r in _jsonl_lines(self.paths.attempts) if r.get("event") == ATTEMPT_EVENT)
+        logged = any(p.is_file() and p.stat().st_size for p in (self.paths.jsonl, self.paths.console_log))
+        if attempt == 1 and logged:
+            attempt = 2  # a log written before attempt markers: this is a restart
+        marker = {"event": ATTEMPT_EVENT, "attempt": attempt, "from_step": from_step, "total_steps": total_steps,
+                  "pid": os.getpid(), "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "config": config}
+        line = json.dumps(marker)
+        if self._console is not None:
+            self._console.write(CONSOLE_ATTEMPT_PREFIX + line + "\n")
+            self._console.flush()
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+        with self.paths.attempts.open("a") as attempts:
+            attempts.write(line + "\n")
+        if attempt > 1 and self.echo is not None:
+            self.echo(f"attempt {attempt} of {self.paths.exp}: steps after {from_step} are redone")
+        return attempt
+
     def close(self) -> None:
         for f in (self._console, self._file):
             if f is not None:
@@ -95,13 +127,26 @@ class MetricsLog:
             self._tracking = None
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The file logger's records (a torn last line from a kill is skipped)."""
+def _jsonl_lines(path: Path) -> list[dict[str, Any]]:
     out = []
     if path.is_file():
         for line in path.read_text().splitlines():
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:
-                continue
+                continue  # a torn last line from a kill
+            if isinstance(record, dict):
+                out.append(record)
     return out
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The file logger's step records in step order, each step's from its latest attempt: a restart
+    marker from step S drops the earlier attempts' records of the steps after S."""
+    steps: dict[int, dict[str, Any]] = {}
+    for record in _jsonl_lines(path):
+        if record.get("event") == ATTEMPT_EVENT and isinstance(record.get("from_step"), int):
+            steps = {k: v for k, v in steps.items() if k <= record["from_step"]}
+        elif isinstance(record.get("step"), int):
+            steps[record["step"]] = record
+    return [steps[k] for k in sorted(steps)]

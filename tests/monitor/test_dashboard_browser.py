@@ -7,6 +7,8 @@ $RLKIT_ARTIFACTS (default tests/.artifacts/) for CI.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import socket
@@ -30,13 +32,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def served(run_copy):
+@contextlib.contextmanager
+def _serve(root: Path):
     import uvicorn
 
     from rlkit.monitor.dashboard import create_app
 
-    root = run_copy("healthy")
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(root), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -45,9 +46,64 @@ def served(run_copy):
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def served(run_copy):
+    with _serve(run_copy("healthy")) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _browser(tmp_path: Path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                       headless=True, args=FLAGS, viewport={"width": 1400,
+                                                                                            "height": 1000})
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def test_the_trajectory_view_of_a_failed_trial(run_copy, tmp_path: Path) -> None:
+    """A run stopped by SIGINT and resumed (fixture `stopped`): the run list marks it finished at 3/3 of its
+    second attempt, and a failed trial reads as the instruction, the turns (the keystrokes the agent typed,
+    the terminal output that came back) and the tests' output."""
+    root = run_copy("stopped")
+    trials_root = root / "harbor_trials" / "i27" / "fx-stopped"
+    failed = [(int(d.name[5:]), s["session"]) for d in sorted(trials_root.glob("step_*")) if d.name[5:].isdigit()
+              for s in json.loads((d / "summary.json").read_text())["sessions"]
+              if s["reward"] < 1 and (d / s["session"] / "agent" / "trajectory.json").is_file()]
+    assert failed, "the fixture holds a failed trial"
+    step, session = failed[0]
+    with _serve(root) as url, _browser(tmp_path) as context:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(url + "/", wait_until="load")
+        page.wait_for_selector("#run-state")
+        assert "finished, step 3/3, attempt 2" in page.inner_text("#run-state")
+        assert page.locator("label.run[data-state='finished']").count() == 1
+        page.goto(f"{url}/#/trials/fx-stopped/{step}/{session}", wait_until="load")
+        page.wait_for_function("document.body.dataset.trialShown", timeout=30_000)
+        instruction = page.inner_text("#instruction")
+        assert len(instruction) > 40 and "(not recorded)" not in instruction
+        assert page.locator(".turn").count() >= 1
+        sent = page.locator(".turn pre.sent").all_inner_texts()
+        assert sent and not any("\\n" in text for text in sent)  # rendered, not escaped JSON
+        came_back = page.locator(".turn pre.observation:not(.empty)").all_inner_texts()
+        assert any("root@" in text or "$" in text for text in came_back), came_back
+        assert page.inner_text("#test-stdout").strip() not in ("", "(none)")
+        page.screenshot(path=str(ARTIFACTS / "dashboard_failed_trial.png"), full_page=True)
+        assert not errors, errors
 
 
 def test_dashboard_draws_curves_and_opens_a_trajectory(served: str, tmp_path: Path) -> None:

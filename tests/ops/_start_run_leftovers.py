@@ -47,7 +47,8 @@ def servers(tmp: Path, model_dir: str, ray_port: int) -> dict:
 
 def main(argv: list[str]) -> None:
     task, tmp, project, experiment, count = Path(argv[0]), Path(argv[1]), argv[2], argv[3], int(argv[4])
-    claim_ownership()  # as rlkit's launchers do: everything started below names this process as its owner
+    # as rlkit's launchers do: everything started below names this process (and its run) as its owner
+    claim_ownership(project, experiment)
     info = {"pid": os.getpid()}
     if len(argv) > 5:
         info.update(servers(tmp, argv[5], int(argv[6])))

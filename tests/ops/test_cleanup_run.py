@@ -1,5 +1,6 @@
 """`rlkit cleanup` after a run's owner is kill -9'd: real Ray, a real vLLM (CPU), the proxy and labelled
-sandboxes all go; a second live run, another user's sandboxes and look-alike processes all stay."""
+sandboxes all go; a second live run, another user's sandboxes and look-alike processes all stay.
+Every cleanup here is scoped to this test's own project and output folder."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_cleanup_after_kill_9_leaves_nothing_of_the_dead_run_and_spares_the_rest
         # another user's sandbox whose owner is gone: listed, never removed
         theirs = docker_api.create_container(base_image, command=["sleep", "600"], labels={
             L.MANAGED: "1", L.PROJECT: project, L.EXPERIMENT: "theirs", L.OWNER_USER: "someone-else",
-            L.OWNER_PID: "999999", L.OWNER_HOST: L.label_value(O.host())})["Id"]
+            L.OWNER_UID: str(os.getuid() + 1), L.OWNER_PID: "999999", L.OWNER_HOST: L.label_value(O.host())})["Id"]
         # look-alikes: a web server on another port, a script named after ray
         script = tmp_path / "ray_cluster_report.py"
         script.write_text("import time\ntime.sleep(600)\n")
@@ -93,11 +94,12 @@ def test_cleanup_after_kill_9_leaves_nothing_of_the_dead_run_and_spares_the_rest
         dead.wait()
         assert _owned_by(dead.pid) and all(_listening(p) for p in ports)  # the orphans outlive their owner
 
-        dry = _rlkit("cleanup", "--dry-run", "--output-dir", str(tmp_path))
+        dry = _rlkit("cleanup", "--dry-run", "--project", project, "--output-dir", str(tmp_path))
         assert dry.returncode == 0, dry.stderr
         assert "would remove process" in dry.stdout and all(p.is_running() for p in dead_run)
 
-        first = _rlkit("cleanup", "--output-dir", str(tmp_path), *[f"--port={p}" for p in ports])
+        first = _rlkit("cleanup", "--project", project, "--output-dir", str(tmp_path),
+                       *[f"--port={p}" for p in ports])
         assert first.returncode == 0, first.stdout + first.stderr
         assert _owned_by(dead.pid) == [], first.stdout
         assert not any(_listening(p) for p in ports), first.stdout
@@ -110,7 +112,7 @@ def test_cleanup_after_kill_9_leaves_nothing_of_the_dead_run_and_spares_the_rest
         # what was not the dead run's is all still there
         assert len(_containers(docker_api, project, "live-run")) == 1 and live.poll() is None
         assert docker_api.containers(all=True, filters={"id": theirs})
-        assert "owned by user someone-else" in first.stdout
+        assert f"owned by uid {os.getuid() + 1} (someone-else)" in first.stdout
         assert all(b.poll() is None for b in bystanders)
 
         second = _rlkit("cleanup", "--output-dir", str(tmp_path), "--project", project, "--sandboxes-only")
@@ -131,7 +133,8 @@ def test_cleanup_after_kill_9_leaves_nothing_of_the_dead_run_and_spares_the_rest
             docker_api.remove_container(theirs, force=True)
         from rlkit.ops.cleanup import Policy, cleanup
 
-        cleanup(project, k8s=False, policy=Policy(tmp_path, other_users=True))  # nothing of this test stays behind
+        # nothing of this test stays behind (and nothing outside its project is touched)
+        cleanup(project, k8s=False, processes=True, tmp=True, policy=Policy(tmp_path, other_users=True))
         if dead is not None:
             for proc in _owned_by(dead.pid):
                 proc.kill()

@@ -1,4 +1,5 @@
-"""Sandbox ownership from labels: orphans of dead or reused owners, live runs, other users, other hosts."""
+"""Sandbox ownership from labels: orphans of dead or reused owners, live runs, other uids, other hosts,
+sandboxes with no owner recorded; the owner is the real uid, whatever $USER / $LOGNAME say."""
 
 from __future__ import annotations
 
@@ -30,8 +31,33 @@ def _dead_pid() -> int:
 
 def test_labels_name_the_owner() -> None:
     labels = SandboxLabels().as_dict()
-    assert labels[L.OWNER_PID] == str(os.getpid()) and labels[L.OWNER_USER] == L.label_value(O.me())
+    assert labels[L.OWNER_PID] == str(os.getpid()) and labels[L.OWNER_UID] == str(os.getuid())
     assert abs(float(labels[L.OWNER_START]) - O.process_start(os.getpid())) < 1
+
+
+def test_ownership_is_the_real_uid_not_the_environment(monkeypatch, tmp_path: Path) -> None:
+    import pwd
+
+    monkeypatch.setenv("USER", "mallory")
+    monkeypatch.setenv("LOGNAME", "mallory")
+    assert O.me() == pwd.getpwuid(os.getuid()).pw_name and O.uid() == os.getuid()
+    labels = SandboxLabels().as_dict()
+    assert labels[L.OWNER_UID] == str(os.getuid()) and labels[L.OWNER_USER] != "mallory"
+    # a sandbox of uid+1 stays another user's even when it is labelled with the name $USER claims
+    theirs = _labels(**{L.OWNER_UID: str(os.getuid() + 1), L.OWNER_USER: "mallory", L.OWNER_PID: str(_dead_pid())})
+    state, why = verdict(theirs, tmp_path)
+    assert state is Verdict.OTHER_USER and f"uid {os.getuid() + 1}" in why
+    assert not Policy(tmp_path).decide(theirs, None)[0]
+
+
+def test_a_sandbox_without_owner_labels_is_reported_not_removed_unless_named(tmp_path: Path) -> None:
+    bare = {L.MANAGED: "1", L.PROJECT: "p", L.EXPERIMENT: "e"}
+    assert verdict(bare, tmp_path)[0] is Verdict.UNOWNED
+    go, why = Policy(tmp_path).decide(bare, None)
+    assert not go and "--experiment" in why
+    assert Policy(tmp_path).decide(bare, "e")[0]  # asked for by name
+    old = {**bare, L.OWNER_USER: O.me(), L.OWNER_PID: str(_dead_pid())}  # labelled before the uid label
+    assert verdict(old, tmp_path)[0] is Verdict.UNOWNED
 
 
 def test_owner_env_is_inherited(monkeypatch) -> None:
@@ -46,8 +72,7 @@ def test_verdicts_on_this_host(tmp_path: Path) -> None:
     assert verdict(_labels(**{L.OWNER_PID: str(_dead_pid())}), tmp_path)[0] is Verdict.ORPHAN
     state, why = verdict(_labels(**{L.OWNER_START: "1.00"}), tmp_path)  # my pid, another start: reused
     assert state is Verdict.ORPHAN and "reused" in why
-    assert verdict({L.MANAGED: "1", L.PROJECT: "p"}, tmp_path)[0] is Verdict.ORPHAN  # before owner labels
-    state, why = verdict(_labels(**{L.OWNER_USER: "alice"}), tmp_path)
+    state, why = verdict(_labels(**{L.OWNER_UID: "4242", L.OWNER_USER: "alice"}), tmp_path)
     assert state is Verdict.OTHER_USER and "alice" in why
 
 
@@ -67,7 +92,7 @@ def test_verdicts_on_another_host_read_the_run_lock(tmp_path: Path) -> None:
 
 
 def test_policy_force_needs_the_named_run_and_other_users_need_a_flag(tmp_path: Path) -> None:
-    live, theirs = _labels(), _labels(**{L.OWNER_USER: "alice", L.OWNER_PID: str(_dead_pid())})
+    live, theirs = _labels(), _labels(**{L.OWNER_UID: "4242", L.OWNER_PID: str(_dead_pid())})
     assert not Policy(tmp_path).decide(live, None)[0]
     assert not Policy(tmp_path, force=True).decide(live, None)[0]
     assert Policy(tmp_path, force=True).decide(live, "e")[0]

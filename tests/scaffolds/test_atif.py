@@ -57,7 +57,30 @@ def test_agents_own_trajectory_is_kept_aside_once(tmp_path: Path) -> None:
         write_token_trajectory(tmp_path, RECORD, scaffold="ohsdk", model_name="openai/tiny")
     assert json.loads((tmp_path / "trajectory.ohsdk.json").read_text()) == native
     written = json.loads((tmp_path / "trajectory.json").read_text())
-    assert written["steps"][0]["metrics"]["completion_token_ids"] == [3, 4]
+    assert written["steps"][0] == {"step_id": 1, "source": "user", "message": "native"}  # its first user message
+    assert written["steps"][1]["metrics"]["completion_token_ids"] == [3, 4]
+
+
+def test_the_trajectory_shows_the_instruction_and_what_came_back(tmp_path: Path) -> None:
+    """The instruction first, then each call with the agent's own observation of it (matched in order);
+    a result naming a tool call the token step has keeps that link."""
+    from harbor.models.trajectories import Trajectory
+
+    own = {"schema_version": "ATIF-v1.6", "steps": [
+        {"step_id": 1, "source": "user", "message": "the agent's whole first prompt"},
+        {"step_id": 2, "source": "agent", "message": "ran ls", "observation": {"results": [
+            {"source_call_id": "call_a", "content": "README.md\nsrc\n"}]}},
+        {"step_id": 3, "source": "agent", "message": "done", "observation": {"results": [
+            {"source_call_id": "call_9_task_complete", "content": "$ "}]}}]}
+    (tmp_path / "trajectory.json").write_text(json.dumps(own))
+    write_token_trajectory(tmp_path, RECORD, scaffold="terminus", model_name="m", instruction="Fix the parser.")
+    written = Trajectory.model_validate_json((tmp_path / "trajectory.json").read_text())  # valid ATIF
+    user, first, second = written.steps
+    assert (user.source, user.message) == ("user", "Fix the parser.")
+    assert [r.content for r in first.observation.results] == ["README.md\nsrc\n"]
+    assert first.observation.results[0].source_call_id == "call_a"  # the token step's own tool call
+    assert second.observation.results[0].source_call_id is None and second.observation.results[0].content == "$ "
+    assert second.metrics.completion_token_ids == [5] and written.final_metrics.total_steps == 2
 
 
 def test_rollout_details_filled_from_the_record_unless_the_agent_did() -> None:

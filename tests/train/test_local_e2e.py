@@ -145,9 +145,13 @@ def test_run_killed_mid_step_resumes_and_masks_a_broken_sandbox(run_config) -> N
     assert "resumed e2e at global_step_1" in done.stdout
     assert not paths.lock.exists() and not _containers("proj", "e2e")
 
-    lines = paths.console_log.read_text().splitlines()
-    # step 0: validation before training (verl's val_before_train), then the two steps
+    all_lines = paths.console_log.read_text().splitlines()
+    lines = [line for line in all_lines if line.startswith("step:")]
+    # step 0: validation before training (verl's val_before_train), then the two steps; step 1's record was
+    # logged once (the resume started after it), and each attempt wrote its marker first
     assert [line.split(" - ")[0] for line in lines] == ["step:0", "step:1", "step:2"]
+    assert [json.loads(line.split(" ", 2)[2])["from_step"] for line in all_lines
+            if line.startswith("[rlkit] attempt ")] == [0, 1]
     lines = lines[1:]
     for name in ("critic/rewards/mean", "critic/score/mean", "response_length/mean", "num_turns/mean",
                  "timing_s/gen", "timing_s/step", "timing_s/save_checkpoint"):

@@ -7,6 +7,7 @@ const PANELS = [
   {title: "KL", metrics: ["actor/kl_loss", "actor/ppo_kl", "actor/kl_coef"]},
   {title: "Entropy", metrics: ["actor/entropy"]},
   {title: "Response length", metrics: ["response_length/mean", "response_length/max"]},
+  {title: "Throughput (tokens/s)", metrics: ["perf/rollout_tokens_per_s", "perf/update_tokens_per_s", "perf/throughput"]},
   {title: "MFU", metrics: ["perf/mfu/actor", "perf/mfu/actor_infer", "perf/mfu/*"]},
   {title: "Timing breakdown (s)", metrics: ["timing_s/*"]},
 ];
@@ -39,7 +40,8 @@ function runState(exp) {
 async function pull(exp) {
   const run = runState(exp);
   const got = await api(`/api/runs/${enc(exp)}/metrics?offset=${run.offset}`);
-  if (got.offset < run.offset) { run.steps = []; run.columns = {}; }  // the file was replaced
+  // the file was replaced, or a restart redid steps: the server sent every step's latest attempt
+  if (got.replace || got.offset < run.offset) { run.steps = []; run.columns = {}; }
   const before = run.steps.length;
   for (const name of Object.keys(got.columns)) {
     if (!run.columns[name]) run.columns[name] = new Array(before).fill(null);
@@ -139,6 +141,13 @@ function drawCharts() {
   document.body.dataset.chartsDrawn = String(drawn);
 }
 
+function ago(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
 function markClass(mark) { return mark === "✓" ? "mark-ok" : mark === "⚠" ? "mark-warn" : "mark-bad"; }
 
 async function drawFirstStep() {
@@ -149,12 +158,20 @@ async function drawFirstStep() {
   const rows = st.first_step_numbers.map((n, i) => el("tr", {},
     el("td", {text: `${i + 1}. ${n.name}`}), el("td", {text: n.value}),
     el("td", {class: markClass(n.mark), text: `${n.mark} ${n.verdict}`})));
-  const states = {running: "running", "stale-lock": "crashed (stale lock)", finished: "finished",
-                  stopped: "stopped before its last step", unknown: "not running"};
-  const head = `${exp}: ${states[st.state] || st.state}, step ${st.step ?? "—"}/${st.total_steps ?? "?"}` +
+  const states = {running: "running", "stale-lock": "dead (its trainer is gone; lock left)", finished: "finished",
+                  stopped: "dead: stopped before its last step", unknown: "not running"};
+  const attempt = st.attempt && st.attempt.attempt > 1 ? `, attempt ${st.attempt.attempt}` : "";
+  const head = `${exp}: ${states[st.state] || st.state}, step ${st.step ?? "—"}/${st.total_steps ?? "?"}${attempt}` +
                (st.eta_s != null ? `, ETA ${Math.round(st.eta_s / 60)} min` : "") +
                ` — first step (step ${st.first_step ?? "—"})`;
-  box.replaceChildren(el("div", {text: head}), el("table", {}, ...rows));
+  const parts = [el("div", {id: "run-state", text: head})];
+  if (st.vllm) {
+    const v = st.vllm, age = v.age_s != null ? `${ago(v.age_s)} ago` : `at ${v.time}`;
+    parts.push(el("div", {id: "vllm-gauge", class: v.current ? "" : "stale",
+      text: `vLLM ${v.current ? "" : "last reading (not running), "}gen ${v.gen_tps.toFixed(1)} tok/s, ` +
+            `prompt ${v.prompt_tps.toFixed(1)} tok/s (${age})`}));
+  }
+  box.replaceChildren(...parts, el("table", {}, ...rows));
 }
 
 async function refresh(all) {
@@ -170,7 +187,10 @@ async function loadRuns() {
   const box = $("#runs");
   box.replaceChildren();
   const names = got.runs.map((r) => r.exp);
-  if (!state.selected.length) state.selected = wanted.length ? wanted.filter((w) => names.includes(w)) : names.slice(0, 1);
+  // by default the most recent run that is running or finished (the server picks it), never a dead one
+  if (!state.selected.length) state.selected = wanted.length ? wanted.filter((w) => names.includes(w))
+                                                             : (got.default ? [got.default] : []);
+  const marks = {running: " ●", finished: " ✓", dead: " ✗", unknown: ""};
   for (const r of got.runs) {
     const cb = el("input", {type: "checkbox", value: r.exp});
     cb.checked = state.selected.includes(r.exp);
@@ -178,7 +198,9 @@ async function loadRuns() {
       state.selected = [...box.querySelectorAll("input:checked")].map((c) => c.value);
       await refresh(true);
     };
-    box.append(el("label", {title: r.running ? "running" : "not running"}, cb, ` ${r.exp}${r.running ? " ●" : ""} `));
+    const steps = r.step != null ? ` step ${r.step}/${r.total_steps ?? "?"}` : "";
+    box.append(el("label", {class: `run ${r.state}`, "data-state": r.state, title: `${r.state}${steps}`}, cb,
+                  ` ${r.exp}${marks[r.state] ?? ""} `));
   }
 }
 
@@ -237,20 +259,28 @@ function fmt(v) {
 async function showSteps(exp) {
   crumbs(exp);
   const got = await api(`/api/runs/${enc(exp)}/steps`);
-  const rows = got.steps.map((s) => ({...s, pass_rate: s.pass_rate, outcomes: s.outcomes}));
-  $("#browser").replaceChildren(sortableTable([["step", "step"], ["trials", "trials"], ["reward_mean", "reward mean"],
-    ["pass_rate", "pass rate"], ["outcomes", "outcomes"]], rows, (r) => { location.hash = `#/trials/${enc(exp)}/${r.step}`; }, "step"));
+  // passed: graded trials with reward >= 1, the pass rate's rule; outcomes say why trials ended
+  const rows = got.steps.map((s) => ({...s, passed_of: s.graded != null ? `${s.passed}/${s.graded}` : null}));
+  $("#browser").replaceChildren(sortableTable([["step", "step"], ["trials", "trials"], ["passed_of", "passed"],
+    ["pass_rate", "pass rate"], ["reward_mean", "reward mean"], ["outcomes", "outcomes (why trials ended)"]], rows,
+    (r) => { location.hash = `#/trials/${enc(exp)}/${r.step}`; }, "step"));
 }
 
 async function showStep(exp, step) {
   crumbs(exp, step);
   const got = await api(`/api/runs/${enc(exp)}/steps/${enc(step)}/trials`);
-  $("#browser").replaceChildren(sortableTable([["session", "trial"], ["task_id", "task"], ["outcome", "outcome"],
-    ["reward", "reward"], ["num_turns", "turns"], ["parse_failures", "parse failures"], ["masked", "masked"]],
-    got.trials, (r) => { location.hash = `#/trials/${enc(exp)}/${step}/${enc(r.session)}`; }, "reward"));
+  const rows = got.trials.map((t) => ({...t, passed_mark: t.passed ? "✓" : "—"}));
+  $("#browser").replaceChildren(sortableTable([["session", "trial"], ["task_id", "task"], ["passed_mark", "passed"],
+    ["reward", "reward"], ["outcome", "outcome (why it ended)"], ["num_turns", "turns"], ["parse_failures", "parse failures"],
+    ["masked", "masked"]], rows, (r) => { location.hash = `#/trials/${enc(exp)}/${step}/${enc(r.session)}`; }, "reward"));
 }
 
 function text(v) { return typeof v === "string" ? v : JSON.stringify(v, null, 1); }
+
+function block(b) {
+  const label = b.kind === "command" ? "$ " : b.label ? `${b.label}: ` : "";
+  return el("pre", {class: `sent ${b.kind}`, text: `${label}${b.text}`});
+}
 
 async function showTrial(exp, step, session) {
   crumbs(exp, step, session);
@@ -258,22 +288,32 @@ async function showTrial(exp, step, session) {
   const t = await api(base);
   const row = t.row || {};
   const head = el("div", {id: "trial-head"},
-    el("b", {text: session}), ` — outcome ${fmt(row.outcome)}, reward ${fmt(t.reward ?? row.reward)} `,
+    el("b", {text: session}), ` — ${row.passed ? "passed" : "not passed"}, outcome ${fmt(row.outcome)}, ` +
+    `reward ${fmt(t.reward ?? row.reward)} `,
     el("a", {href: `${base}/trajectory.json`, download: "", text: "download trajectory.json"}), " ",
     el("a", {href: location.href, text: "link"}));
-  const steps = t.steps.map((s) => {
-    const box = el("div", {class: `atif-step ${s.source || ""}`},
-      el("div", {text: `#${s.step_id} ${s.source || ""} ${s.model_name || ""}`}));
-    if (s.message) box.append(el("pre", {class: "message", text: text(s.message)}));
-    for (const call of s.tool_calls || []) box.append(el("pre", {class: "tool-call", text: `tool call ${call.function_name || ""}: ${text(call.arguments ?? call)}`}));
-    const obs = s.observation && (s.observation.results || [s.observation]);
-    for (const o of obs || []) box.append(el("pre", {class: "observation", text: text(o.content ?? o)}));
-    if (s.extra) box.append(el("div", {class: "extra", text: text(s.extra)}));
-    return box;
+  const parts = [head, el("h4", {text: "instruction"}), el("pre", {id: "instruction", text: t.instruction ?? "(not recorded)"})];
+  parts.push(el("h4", {text: `turns (${t.turns.length})` + (t.observations_from && t.observations_from !== "trajectory.json"
+    ? ` — what came back from ${t.observations_from}` : "")}));
+  const anyObs = t.turns.some((turn) => turn.observations.length);
+  t.turns.forEach((turn, i) => {
+    const flags = [turn.finish_reason && `finish ${turn.finish_reason}`, turn.parse_failure && "tool call did not parse",
+                   turn.tokens != null && `${turn.tokens} tokens`].filter(Boolean).join(", ");
+    const box = el("div", {class: "turn"}, el("div", {class: "turn-head", text: `turn ${i + 1}${flags ? ` (${flags})` : ""}`}),
+                   el("div", {class: "who", text: "the agent sent"}));
+    if (turn.sent.length) turn.sent.forEach((b) => box.append(block(b)));
+    else box.append(el("pre", {class: "sent empty", text: "(nothing)"}));
+    box.append(el("div", {class: "who", text: "what came back"}));
+    if (turn.observations.length) turn.observations.forEach((o) => box.append(el("pre", {class: "observation", text: o})));
+    else box.append(el("pre", {class: "observation empty", text: anyObs ? "(nothing came back: the episode ended here)"
+                                                                          : "(not recorded in this trial's files)"}));
+    parts.push(box);
   });
-  const parts = [head, el("h4", {text: `ATIF steps (${t.steps.length})`}), ...steps];
-  parts.push(el("h4", {text: "test output (verifier/test-stdout.txt)"}), el("pre", {id: "test-stdout", text: t.test_stdout ?? "(none)"}));
+  parts.push(el("h4", {text: "verifier output (verifier/test-stdout.txt)"}), el("pre", {id: "test-stdout", text: t.test_stdout ?? "(none)"}));
   if (t.exception) parts.push(el("h4", {text: "exception.txt"}), el("pre", {text: t.exception}));
+  const raw = el("details", {}, el("summary", {text: `raw ATIF steps (${t.steps.length})`}));
+  t.steps.forEach((s) => raw.append(el("pre", {class: "atif-step", text: JSON.stringify(s, null, 1)})));
+  parts.push(raw);
   $("#browser").replaceChildren(...parts);
   document.body.dataset.trialShown = session;
 }

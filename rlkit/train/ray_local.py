@@ -1,0 +1,54 @@
+"""What a one-machine Ray of the local trainer needs besides `ray.init`: loopback only, and no leftovers.
+
+Loopback: Ray binds its gRPC servers and agents to every interface unless the node's address is
+a loopback name, and on Linux it swaps 127.0.0.1 for the host's own address before it gets that
+far. `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` turns the swap off (Ray's own switch for one-machine
+Rays), so node address 127.0.0.1 stays, and every Ray process (the GCS, the raylet, the agents,
+the workers, which inherit the variable) listens on 127.0.0.1 only.
+
+Leftovers: Ray keeps its session folder (/tmp/ray/session_<time>_<pid>: logs, sockets, ports)
+and points /tmp/ray/session_latest at it after `ray.shutdown()`. The run removes both when it
+ends, and lists the folder in its lock so the reaper does after a kill -9.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+NODE_ADDRESS = "127.0.0.1"
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def loopback_only() -> str:
+    """Set up this process (and what it starts) for a Ray on loopback; returns the node address to use."""
+    os.environ[CLUSTER_SWITCH] = "0"
+    import ray._private.ray_constants as constants
+
+    constants.ENABLE_RAY_CLUSTER = False  # read when ray.init resolves the node address
+    return NODE_ADDRESS
+
+
+def session_dir() -> Path | None:
+    """The session folder of the Ray this process started or joined (None when there is none)."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    try:
+        return Path(node.get_session_dir_path()) if node is not None else None
+    except AttributeError:
+        return None
+
+
+def remove_session(session: Path | None) -> None:
+    """Remove a stopped Ray's session folder, and session_latest when it points at it."""
+    if session is None or not session.name.startswith("session_"):
+        return
+    latest = session.parent / "session_latest"
+    try:
+        if latest.is_symlink() and Path(os.path.join(latest.parent, os.readlink(latest))) == session:
+            latest.unlink()
+    except OSError:
+        pass
+    shutil.rmtree(session, ignore_errors=True)
