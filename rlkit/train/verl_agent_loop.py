@@ -197,7 +197,7 @@ class RlkitAgentLoop(AgentLoopBase):
         self.settings: dict[str, Any] = dict(settings)  # type: ignore[arg-type]
         self.model_path = str(self.config.actor_rollout_ref.model.path)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         host = WorkerHost.get(self.settings, self.model_path, self.server_manager)
         row = row_from_verl(kwargs)
         uid = group_uid(kwargs, row)
@@ -205,9 +205,14 @@ class RlkitAgentLoop(AgentLoopBase):
         record: TrialRecord = await engine.run_trial(row, uid=uid, step=host.upstream.latest_step)
         return self.output(record, host.upstream.steps.pop(record.session, None))
 
-    def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        fields = sample_fields(record, pad_id=pad, max_response=self.rollout_config.response_length)
+    def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput | list:
+        """The trial as verl's output; a masked trial as no output at all (`[]`: verl's V1 worker
+        stores nothing, so it counts in no group's statistics and no loss; rlkit.train.verl_samples)."""
+        fields = sample_fields(record, max_response=self.rollout_config.response_length)
+        if fields is None:
+            log.warning("trial %s (%s, %s) is masked: left out of its group and the loss", record.session,
+                        record.task_id, record.outcome.value)
+            return []
         prompt = fields["prompt_ids"]
         capped = self._cap_text_prompt_length(prompt)
         fields["extra_fields"]["prompt_cut"] = len(prompt) - len(capped)
