@@ -36,6 +36,7 @@ from rlkit.launch.verl_overrides import (
 # bundle, and every actor (task runner, TransferQueue, agent-loop and reward workers) one to be
 # scheduled; they idle most of the time, so the machine's real cores need not cover them.
 CPU_RAY_CPUS = 16
+CPU_RAY_ADDRESS = "127.0.0.2"
 
 
 def is_head_node(head_address: str, ips: set[str] | None = None, node_ip: str = "") -> bool:
@@ -117,12 +118,13 @@ def cpu_env(paths: RunPaths) -> dict[str, str]:
 def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchPlan:
     c = resolved.config
     root = resolved.path("OUTPUT_DIR") or resolved.root
-    head = resolve_host(c.RAY_HEAD_ADDRESS) or "127.0.0.1"
+    cpu = c.VERL_DEVICE is VerlDevice.CPU
+    # One machine without GPUs: Ray on 127.0.0.2, since Ray swaps 127.0.0.1 for the host's address.
+    head = resolve_host(c.RAY_HEAD_ADDRESS) or (CPU_RAY_ADDRESS if cpu else "127.0.0.1")
     head_here = is_rank0(c.RAY_HEAD_ADDRESS, c.NODE_IP, ips)
     me = head if head_here and not c.NODE_IP else this_node_address(c.RAY_HEAD_ADDRESS, c.NODE_IP)
     ray = ray_executable()
     run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
-    cpu = c.VERL_DEVICE is VerlDevice.CPU
     ray_env = {**ray_auth_env(resolved.path("SHARED_DIR")), **(cpu_env(run_paths) if cpu else {})}
     cpus = [f"--num-cpus={CPU_RAY_CPUS}"] if cpu else []
     ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
@@ -139,6 +141,8 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "val_files": resolved.path("VAL_FILES") or Path(""),
         "checkpoint_dir": run_paths.checkpoints,
         "agent_loop_config": loop_yaml,
+        "hydra_dir": run_paths.logs / f"{c.EXP_NAME}_hydra",
+        "jsonl": run_paths.jsonl,
     }
     overrides = verl_overrides(c, **paths)
     env = {**ray_env, "RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}  # (with VERL_DEVICE=cpu: the CPU plugin's too)

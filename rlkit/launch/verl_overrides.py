@@ -49,8 +49,13 @@ def hydra_value(value: object) -> str:
 
 
 def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files: Path,
-                 checkpoint_dir: Path, agent_loop_config: Path | None = None) -> dict[str, object]:
-    """Every override, as a key -> value map (ordered: data, model, actor, rollout, algorithm, trainer)."""
+                 checkpoint_dir: Path, agent_loop_config: Path | None = None, hydra_dir: Path | None = None,
+                 jsonl: Path | None = None) -> dict[str, object]:
+    """Every override, as a key -> value map (ordered: data, model, actor, rollout, algorithm, trainer).
+
+    `hydra_dir`: where hydra writes its run folder (else `outputs/<date>/` in the working directory);
+    `jsonl`: verl's file logger output, set in the Ray job's environment because verl's Tracking
+    runs in its task-runner actor, which never sees the trainer command's own environment."""
     max_len = c.MAX_PROMPT + c.MAX_RESP
     ar = "actor_rollout_ref"
     o: dict[str, object] = {
@@ -127,6 +132,10 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
     for name in ("temperature", "top_p", "top_k"):
         o[f"{ar}.rollout.val_kwargs.{name}"] = f"${{{ar}.rollout.{name}}}"
     o["trainer.val_before_train"] = c.TRAINER_TEST_FREQ > 0  # the local trainer validates step 0 only then
+    if hydra_dir is not None:
+        o["hydra.run.dir"] = str(hydra_dir)
+    if jsonl is not None and "file" in c.LOGGER:
+        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = str(jsonl)
     if c.TOTAL_STEPS > 0:  # verl's own cap; it wins over total_epochs, as TOTAL_STEPS does locally
         o["trainer.total_training_steps"] = c.TOTAL_STEPS
     if c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:
@@ -176,7 +185,8 @@ def agent_loop_settings(c: RunConfig, *, trials_root: Path, proxy_host: str) -> 
     return {
         "engine": {"scaffold": c.SCAFFOLD.value, "backend": c.BACKEND.value, "max_sandboxes": c.MAX_SANDBOXES,
                    "project": c.PROJECT_NAME or "default", "experiment": c.EXP_NAME or "default",
-                   "trials_root": str(trials_root), "max_response_tokens": c.MAX_RESP},
+                   "trials_root": str(trials_root), "max_response_tokens": c.MAX_RESP,
+                   "tamper_policy": c.TAMPER_POLICY.value},
         "proxy": {"host": proxy_host, "tool_call_parser": c.TOOL_CALL_PARSER.value,
                   "max_model_len": c.MAX_PROMPT + c.MAX_RESP, "max_response_tokens_per_session": c.MAX_RESP},
     }

@@ -166,3 +166,9 @@ class PlatformCPU(PlatformBase):
 
     def cudart(self) -> Any:
         return None
+
+
+# On import, so that whichever of this module and verl is imported first, both run once verl is up
+# (importing this module first imports verl, whose plugin hook imports rlkit.train.verl_cpu).
+gloo_process_groups()
+fsdp_engines_on_cpu()

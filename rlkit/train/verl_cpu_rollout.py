@@ -89,6 +89,9 @@ class HttpVllmServer:
                                      log_dir=logs, max_model_len=int(self.config.max_model_len),
                                      tool_call_parser="hermes", with_proxy=False, scratch_dir=scratch)
         self.inference = Inference(inf_config)
+        # verl's Ray runtime env sets VLLM_LOGGING_LEVEL=WARN, which would hide vLLM's throughput lines
+        # (logs/<exp>_vllm.log); this actor process runs nothing but the server.
+        os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
         await asyncio.to_thread(self.inference.start)
         self.client = UpstreamClient("policy")
         self.replica = Replica(self.inference.vllm_url)
@@ -272,13 +275,3 @@ def saved_logprobs(weights: Path, prompt: list[int], response: list[int]) -> lis
     model = AutoModelForCausalLM.from_pretrained(str(weights), dtype=torch.float32)
     model.eval()
     return hf_logprobs(model, prompt, response)
-
-
-def register() -> None:
-    """`rollout.name=vllm_http` for verl's replica registry and its rollout-class table."""
-    from verl.workers.rollout import base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
-
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HttpVllmReplica)
-    # verl has no register() for server adapters; this table is what get_rollout_class reads.
-    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HttpServerAdapter"

@@ -100,7 +100,9 @@ def cluster_topology(ctx: Context) -> list[Finding]:
                       "set RAY_HEAD_ADDRESS in site.env to the head node's IP (the same on every node)",
                       key="RAY_HEAD_ADDRESS", where=w("RAY_HEAD_ADDRESS"))]
     try:
-        head = resolve_host(c.RAY_HEAD_ADDRESS) or "127.0.0.1"
+        from rlkit.launch.plan import CPU_RAY_ADDRESS
+
+        head = resolve_host(c.RAY_HEAD_ADDRESS) or (CPU_RAY_ADDRESS if c.VERL_DEVICE is VerlDevice.CPU else "127.0.0.1")
         rank0 = is_rank0(c.RAY_HEAD_ADDRESS, c.NODE_IP)
     except UserError as exc:
         return [fatal("cluster_topology", exc.message, exc.fix, key=exc.key, where=w(exc.key or "RAY_HEAD_ADDRESS"))]
