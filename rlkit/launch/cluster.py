@@ -131,6 +131,8 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
     Ray forwards every actor's output, on every node, to the driver (log_to_driver, on in
     verl's ray.init), so the trainer's own stream carries the replicas' stats lines."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    if plan.metrics is not None:
+        plan.metrics[0].unlink(missing_ok=True)  # the last launch's lines are in logs/<exp>.jsonl already
     say(f"$ {plan.trainer.render()}")
     # The trainer dies with this launcher (a kill -9 included): Ray then ends its job's actors. The
     # child only calls prctl, resolved here before the fork, so the lock's heartbeat thread is no risk.
@@ -151,6 +153,8 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
                 "takes 10-20 minutes on big models)")
 
     threading.Thread(target=progress, name="rlkit-replica-wait", daemon=True).start()
+    if plan.metrics is not None:
+        threading.Thread(target=follow_jsonl, args=(*plan.metrics, proc), name="rlkit-jsonl", daemon=True).start()
     try:
         with log.open("a") as sink, vllm_log.open("a") as vllm_sink:
             assert proc.stdout is not None
@@ -171,6 +175,31 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
         return proc.wait()
     finally:
         ready.set()
+
+
+def follow_jsonl(source: Path, sink: Path, proc: subprocess.Popen, poll_s: float = 1.0) -> None:
+    """Append every line verl's file logger writes to `source` onto `sink` (logs/<exp>.jsonl), until the
+    trainer exits. verl opens `source` anew at each launch; `sink` keeps every launch's records (a
+    resumed step's later record wins where readers see the step twice)."""
+    offset = 0
+    while True:
+        done = proc.poll() is not None
+        try:
+            with source.open("rb") as f:
+                if f.seek(0, 2) < offset:
+                    offset = 0  # verl truncated it: a new launch
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        whole = chunk[:chunk.rfind(b"\n") + 1]
+        if whole:
+            with sink.open("ab") as out:
+                out.write(whole)
+            offset += len(whole)
+        if done:
+            return
+        time.sleep(poll_s)
 
 
 def _die_with_parent() -> Callable[[], None] | None:

@@ -88,6 +88,7 @@ class LaunchPlan:
     nnodes: int = 1
     node_address: str = "127.0.0.1"
     files: dict[Path, str] = field(default_factory=dict)  # written on every node before its commands run
+    metrics: tuple[Path, Path] | None = None  # (verl's file-logger output, the run's logs/<exp>.jsonl)
     secrets: list[str] = field(default_factory=list)  # values masked wherever they appear in the rendered plan
 
     def commands_for_this_node(self) -> list[Command]:
@@ -106,6 +107,13 @@ class LaunchPlan:
         lines += [f"#   {k.ljust(width)} = {v}" for k, v in self.rollout.items()]
         lines += ["", "# Trainer (rank 0)", self.trainer.render()]
         return mask_secrets("\n".join(lines), self.secrets)
+
+
+def verl_jsonl(paths: RunPaths) -> Path:
+    """Where verl's file logger writes. It truncates its file at every launch, so a resumed run would
+    lose its earlier steps: the launcher copies each line into logs/<exp>.jsonl, which it only appends
+    to (`rlkit.launch.cluster.follow_jsonl`)."""
+    return paths.logs / f"{paths.exp}_verl.jsonl"
 
 
 def cpu_env(paths: RunPaths) -> dict[str, str]:
@@ -142,12 +150,12 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "checkpoint_dir": run_paths.checkpoints,
         "agent_loop_config": loop_yaml,
         "hydra_dir": run_paths.logs / f"{c.EXP_NAME}_hydra",
-        "jsonl": run_paths.jsonl,
+        "jsonl": verl_jsonl(run_paths),
     }
     overrides = verl_overrides(c, **paths)
     env = {**ray_env, "RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}  # (with VERL_DEVICE=cpu: the CPU plugin's too)
     if "file" in c.LOGGER:
-        env["VERL_FILE_LOGGER_PATH"] = str(run_paths.jsonl)
+        env["VERL_FILE_LOGGER_PATH"] = str(verl_jsonl(run_paths))
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:
         # the real key (it may come from site.env, not only the process env); render() masks it by value
         env["WANDB_API_KEY"] = c.WANDB_API_KEY
@@ -171,5 +179,6 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "dashboard": f"0.0.0.0:{c.DASHBOARD_PORT}",
     }
     files = {loop_yaml: agent_loop_yaml(c, trials_root=root / "harbor_trials", proxy_host=proxy_host)}
+    metrics = (verl_jsonl(run_paths), run_paths.jsonl) if "file" in c.LOGGER else None
     return LaunchPlan(head_here, head, ray_head, ray_worker, trainer, rollout, overrides, nnodes=c.NNODES,
-                      node_address=me, files=files, secrets=secret_values(resolved))
+                      node_address=me, files=files, metrics=metrics, secrets=secret_values(resolved))

@@ -108,6 +108,20 @@ class ServerManagerUpstream(UpstreamClient):
                 "finish_reason": "length" if out.stop_reason == "length" else "stop", "text": None}
 
 
+def quiet_trial_libraries() -> None:
+    """harbor logs at DEBUG (and, every terminus trial, an ERROR that it has no web tools to disable),
+    LiteLLM at DEBUG; in verl's worker the root logger passes them all into logs/<exp>.log."""
+    logging.getLogger("harbor").setLevel(logging.WARNING)
+    logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+
+    class NoWebTools(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "exposes no native web search" not in record.getMessage()
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(NoWebTools())
+
+
 class WorkerHost:
     """One proxy (own thread + ProxyEventLoop) and its engines, per agent-loop worker process."""
 
@@ -116,6 +130,7 @@ class WorkerHost:
 
     def __init__(self, settings: dict[str, Any], model_path: str, server_manager: Any,
                  worker_loop: asyncio.AbstractEventLoop) -> None:
+        quiet_trial_libraries()
 
         proxy = dict(settings.get("proxy") or {})
         host = proxy.pop("host", "127.0.0.1")
