@@ -199,3 +199,11 @@ def test_the_worker_host_serves_a_probed_proxy_on_loopback(tiny_model_dir: Path)
         assert engine.config.proxy_url == host.server.url and engine.config.model_name == tiny_model_dir.name
     finally:
         host.stop()
+
+
+def test_trials_are_filed_under_the_step_verl_sampled_them_for() -> None:
+    import numpy as np
+
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    assert verl_loop.trial_step({"global_steps": np.int64(3)}, latest_weights=2) == 3  # V1 hands the step over
+    assert verl_loop.trial_step({}, latest_weights=2) == 2  # else the newest weight version seen
