@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_trainer_report import load  # noqa: E402  (bench scripts run by path)
+from local_trainer_report import load
 
 KEYS = (("step_s", "timing_s/step"), ("rollout_s", "timing_s/gen"), ("update_s", "timing_s/update_actor"),
         ("sync_s", "timing_s/update_weights"), ("reward", "critic/rewards/mean"))
