@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -32,7 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
 TASKS = ["merge-intervals", "word-frequency"]
 RUN_TIMEOUT_S = 1800
-STEP_LINE = re.compile(r"step:(\d+) - ")
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +64,20 @@ def _start(ws: Workspace, config: Path, log: Path) -> subprocess.Popen:
                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _records(console_log: Path) -> list[tuple[int, dict[str, float]]]:
+    """verl's step lines in the console log, read as the monitor reads them."""
+    from rlkit.monitor.metrics import parse_console_line
+
+    lines = console_log.read_text(errors="replace").splitlines() if console_log.exists() else []
+    return [r for r in map(parse_console_line, lines) if r is not None]
+
+
 def _steps(console_log: Path) -> list[int]:
-    text = console_log.read_text(errors="replace") if console_log.exists() else ""
-    return [int(m.group(1)) for m in STEP_LINE.finditer(text)]
+    return [step for step, _ in _records(console_log)]
 
 
-def _metrics(console_log: Path, step: int) -> dict[str, str]:
-    line = next(line for line in console_log.read_text().splitlines() if f"step:{step} - " in line)
-    return dict(item.split(":", 1) for item in line.split("step:", 1)[1].split(" - ")[1:])
+def _metrics(console_log: Path, step: int) -> dict[str, float]:
+    return next(data for s, data in _records(console_log) if s == step)
 
 
 def _sandboxes(project: str, exp: str) -> list[str]:
