@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from rlkit.config.schema import Trainer, VerlDevice, VerlModelEngine
+from rlkit.config.schema import Trainer, VerlDevice, VerlModelEngine, VerlTrainerMode
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
 VERL_INSTALL = "pip install 'rlkit[cluster]'"  # verl[vllm]==0.9.1 + harbor + sandbox/proxy deps
@@ -94,6 +94,14 @@ def cluster_topology(ctx: Context) -> list[Finding]:
         return [fatal("cluster_topology", f"VERL_DEVICE=cpu runs on one machine, and NNODES={c.NNODES}",
                       "set NNODES=1 (and N_NODES_TRAIN=1) for a CPU run, or VERL_DEVICE=cuda on GPU nodes",
                       key="VERL_DEVICE", where=w("VERL_DEVICE"))]
+    if c.VERL_DEVICE is VerlDevice.CPU and c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:
+        return [fatal("cluster_topology", "VERL_DEVICE=cpu cannot run verl's separate_async: it moves weights to "
+                      "its standalone rollout replicas with a checkpoint engine, and every one verl 0.9.1 has "
+                      "besides the colocated 'naive' needs CUDA (verl/checkpoint_engine/base.py:98: \"Checkpoint "
+                      "engine nccl not registered ... nccl_checkpoint_engine: No module named 'cupy'\")",
+                      "set VERL_TRAINER_MODE=colocate_async in the run config (verl's async trainer with rollout "
+                      "and training on the same machine), or TRAINING_MODE=sync", key="VERL_TRAINER_MODE",
+                      where=w("VERL_TRAINER_MODE"))]
     if c.NNODES > 1 and not c.RAY_HEAD_ADDRESS:
         return [fatal("cluster_topology", f"NNODES={c.NNODES} but RAY_HEAD_ADDRESS is empty: every node would "
                       "make itself a one-node head, and workers would be sent to 127.0.0.1",

@@ -88,3 +88,11 @@ def test_a_cpu_run_is_one_machine(ws) -> None:
     assert finding.status is Status.FATAL and finding.key == "VERL_DEVICE"
     (ok,) = ws.preflight(ws.config(VERL_DEVICE="cpu"), only=["cluster_topology"]).by_check("cluster_topology")
     assert ok.status is Status.OK and "head 127.0.0.2" in ok.message
+
+
+def test_separate_async_on_the_cpu_names_the_verl_component_that_refuses(ws) -> None:
+    report = ws.preflight(ws.config(VERL_DEVICE="cpu", VERL_TRAINER_MODE="separate_async"),
+                          only=["cluster_topology"])
+    (finding,) = report.by_check("cluster_topology")
+    assert finding.status is Status.FATAL and finding.key == "VERL_TRAINER_MODE"
+    assert "checkpoint_engine/base.py" in finding.message and "colocate_async" in finding.fix
