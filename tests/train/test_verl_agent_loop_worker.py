@@ -131,7 +131,7 @@ def test_verl_v1_worker_trains_a_mixed_group_and_leaves_the_masked_trial_out(ws,
         PPOTrainer._compute_advantage(trainer, sampled, metrics={})
         data = tq.kv_batch_get(keys=sampled.keys, partition_id="train",
                                select_fields=["advantages", "rm_scores", "response_mask", "extra_fields"])
-        outcomes = [extra["outcome"] for extra in data["extra_fields"].tolist()]
+        outcomes = [getattr(extra, "data", extra)["outcome"] for extra in list(data["extra_fields"])]
         advantages = [float(a[0]) for a in data["advantages"].unbind()]  # one value per trained token
         scores = [float(s.sum()) for s in data["rm_scores"].unbind()]
         tq.close()
