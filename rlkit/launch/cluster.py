@@ -237,7 +237,7 @@ def ray_processes(head: str, port: int, node_address: str | None = None) -> list
     import psutil
 
     gcs = f"{head}:{port}"
-    mine = re.compile(rf"(--node-ip-address|--node_ip_address|--monitor-ip)={re.escape(node_address or '')}(\s|$)")
+    mine = re.compile(rf"(--node-ip-address|--node_ip_address|--monitor-ip|--host)={re.escape(node_address or '')}(\s|$)")
     out = []
     for proc in psutil.process_iter(["cmdline"]):
         line = " ".join(proc.info.get("cmdline") or [])
