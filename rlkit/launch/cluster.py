@@ -15,11 +15,12 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -140,9 +141,14 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
     Ray forwards every actor's output, on every node, to the driver (log_to_driver, on in
     verl's ray.init), so the trainer's own stream carries the replicas' stats lines."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    if plan.metrics is not None:
+        plan.metrics[0].unlink(missing_ok=True)  # the last launch's lines are in logs/<exp>.jsonl already
     say(f"$ {plan.trainer.render()}")
+    # The trainer dies with this launcher (a kill -9 included): Ray then ends its job's actors. The
+    # child only calls prctl, resolved here before the fork, so the lock's heartbeat thread is no risk.
     proc = subprocess.Popen(plan.trainer.argv, env=_env(plan.trainer), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+                            stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            preexec_fn=_die_with_parent())  # noqa: PLW1509
     ready = threading.Event()
     started = time.monotonic()
 
@@ -157,6 +163,8 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
                 "takes 10-20 minutes on big models)")
 
     threading.Thread(target=progress, name="rlkit-replica-wait", daemon=True).start()
+    if plan.metrics is not None:
+        threading.Thread(target=follow_jsonl, args=(*plan.metrics, proc), name="rlkit-jsonl", daemon=True).start()
     try:
         with log.open("a") as sink, vllm_log.open("a") as vllm_sink:
             assert proc.stdout is not None
@@ -179,6 +187,59 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
         ready.set()
 
 
+def follow_jsonl(source: Path, sink: Path, proc: subprocess.Popen, poll_s: float = 1.0) -> None:
+    """Append every line verl's file logger writes to `source` onto `sink` (logs/<exp>.jsonl), until the
+    trainer exits. verl opens `source` anew at each launch; `sink` keeps every launch's records (a
+    resumed step's later record wins where readers see the step twice)."""
+    offset = 0
+    while True:
+        done = proc.poll() is not None
+        try:
+            with source.open("rb") as f:
+                if f.seek(0, 2) < offset:
+                    offset = 0  # verl truncated it: a new launch
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        whole = chunk[:chunk.rfind(b"\n") + 1]
+        if whole:
+            with sink.open("ab") as out:
+                out.write(whole)
+            offset += len(whole)
+        if done:
+            return
+        time.sleep(poll_s)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec: SIGTERM when the launcher dies (Linux PR_SET_PDEATHSIG)."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL("libc.so.6").prctl
+    return lambda: prctl(1, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM unwinds the launcher as Ctrl-C does (the trainer is stopped, then Ray, then the
+    lock is released), where a handler can be set (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def ray_processes(head: str, port: int, node_address: str | None = None) -> list:
     """This run's Ray processes on this host (their command lines name its GCS address, and
     `node_address` narrows them to one node's), so stopping them never touches another Ray
@@ -186,7 +247,7 @@ def ray_processes(head: str, port: int, node_address: str | None = None) -> list
     import psutil
 
     gcs = f"{head}:{port}"
-    mine = re.compile(rf"(--node-ip-address|--node_ip_address|--monitor-ip)={re.escape(node_address or '')}(\s|$)")
+    mine = re.compile(rf"(--node-ip-address|--node_ip_address|--monitor-ip|--host)={re.escape(node_address or '')}(\s|$)")
     out = []
     for proc in psutil.process_iter(["cmdline"]):
         line = " ".join(proc.info.get("cmdline") or [])
@@ -227,16 +288,18 @@ def head_reachable(host: str, port: int, timeout_s: float = 2.0) -> bool:
 
 
 def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, waits: Waits,
-            say: Callable[[str], None] = print, lock: RunLock | None = None) -> int:
+            say: Callable[[str], None] = print, lock: RunLock | None = None,
+            teardown: Callable[[], None] | None = None) -> int:
     """Run this node's part of the plan; the trainer's exit code on rank 0.
 
     On rank 0 `lock` (logs/<exp>.lock) marks the run in flight from before the Ray head starts
     until Ray is stopped: a second launch of the experiment refuses, status and cleanup find it,
-    and what the run starts carries this launcher as its owner."""
+    and what the run starts carries this launcher as its owner. `teardown` runs after Ray is
+    stopped (the caller's: removing the run's sandboxes), also on Ctrl-C and SIGTERM."""
     write_files(plan)
     if not plan.node_is_head:
         return join_as_worker(plan, say)
-    with lock if lock is not None else contextlib.nullcontext():
+    with sigterm_interrupts(), lock if lock is not None else contextlib.nullcontext():
         if lock is not None:
             lock.update(phase="ray")
         start_head(plan, say)
@@ -247,23 +310,33 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
                 lock.update(phase="training")
             return run_trainer(plan, log, vllm_log, waits, say=say)
         finally:
-            stop_ray(plan, node_address=plan.node_address)
+            held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)} \
+                if threading.current_thread() is threading.main_thread() else {}
+            try:  # a second Ctrl-C / SIGTERM must not cut the teardown short
+                stop_ray(plan, node_address=plan.node_address)
+                if teardown is not None:
+                    teardown()
+            finally:
+                for sig, handler in held.items():
+                    signal.signal(sig, handler)
 
 
 def _port(plan: LaunchPlan) -> int:
     return next((int(a.split("=", 1)[1]) for a in plan.ray_head.argv if a.startswith("--port=")), 6379)
 
 
-def run(resolved: ResolvedConfig) -> int:
+def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) -> int:
     """`rlkit train` with TRAINER=verl: print this node's plan, then execute that same object."""
     from rlkit.config.paths import RunPaths
+    from rlkit.config.schema import VerlDevice
     from rlkit.launch.nodes import has_nvidia_gpu
     from rlkit.launch.plan import build_plan
 
     c = resolved.config
-    if not has_nvidia_gpu():
-        raise LaunchError("TRAINER=verl runs verl's trainer and vLLM on NVIDIA GPUs, and this machine has none; "
-                          "nothing was started", fix="run it on the cluster's nodes (docs/cluster.md), or set "
+    if c.VERL_DEVICE is VerlDevice.CUDA and not has_nvidia_gpu():
+        raise LaunchError("TRAINER=verl with VERL_DEVICE=cuda runs verl's trainer and vLLM on NVIDIA GPUs, and this "
+                          "machine has none; nothing was started", fix="run it on the cluster's nodes "
+                          "(docs/cluster.md), set VERL_DEVICE=cpu to run verl's trainer on this machine's CPU, or "
                           "TRAINER=local for the embedded CPU trainer")
     plan = build_plan(resolved)
     print(plan.render(), flush=True)
@@ -271,4 +344,4 @@ def run(resolved: ResolvedConfig) -> int:
     lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path),
                    overrides=resolved.public_overrides())
     return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
-                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock)
+                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock, teardown=teardown)

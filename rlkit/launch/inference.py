@@ -70,6 +70,8 @@ class InferenceConfig(BaseModel):
     dev_mode: bool = True
     # The proxy on a thread of this process (BackgroundProxy) instead of a child process.
     proxy_in_process: bool = False
+    # False: vLLM alone (verl's CPU rollout replica: the proxy lives in verl's agent-loop workers).
+    with_proxy: bool = True
     vllm_python: str | None = None  # default: $RLKIT_VLLM_PYTHON or .venv-vllm/bin/python
     vllm_host: str = "127.0.0.1"
     vllm_port: int | None = None  # None: a free port
@@ -183,6 +185,8 @@ class Inference:
 
     def start(self) -> Inference:
         self._boot_vllm(self.config.model_path, self.config.vllm_port)
+        if not self.config.with_proxy:
+            return self
         if self.config.proxy_in_process:
             from rlkit.proxy.server import BackgroundProxy
 

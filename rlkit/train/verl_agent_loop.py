@@ -23,8 +23,8 @@ on the worker's loop. That keeps, unchanged:
     `extra_fields` (`min_global_steps` / `max_global_steps`), as V1's off-policy sampler reads.
 The replicas' HTTP addresses remain the route for the local trainer and the benchmarks.
 
-Trials of a worker land in `harbor_trials/<project>/<exp>/step_<V>/`, V being the highest
-weight version (`global_steps`) the replicas reported to this worker so far.
+Trials land in `harbor_trials/<project>/<exp>/step_<N>/`, N being the training step verl sampled
+the prompt for (validation rows: `<exp>_val/step_<N>/`), as the local trainer files them.
 """
 
 from __future__ import annotations
@@ -108,6 +108,20 @@ class ServerManagerUpstream(UpstreamClient):
                 "finish_reason": "length" if out.stop_reason == "length" else "stop", "text": None}
 
 
+def quiet_trial_libraries() -> None:
+    """harbor logs at DEBUG (and, every terminus trial, an ERROR that it has no web tools to disable),
+    LiteLLM at DEBUG; in verl's worker the root logger passes them all into logs/<exp>.log."""
+    logging.getLogger("harbor").setLevel(logging.WARNING)
+    logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+
+    class NoWebTools(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "exposes no native web search" not in record.getMessage()
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(NoWebTools())
+
+
 class WorkerHost:
     """One proxy (own thread + ProxyEventLoop) and its engines, per agent-loop worker process."""
 
@@ -116,6 +130,7 @@ class WorkerHost:
 
     def __init__(self, settings: dict[str, Any], model_path: str, server_manager: Any,
                  worker_loop: asyncio.AbstractEventLoop) -> None:
+        quiet_trial_libraries()
 
         proxy = dict(settings.get("proxy") or {})
         host = proxy.pop("host", "127.0.0.1")
@@ -153,14 +168,18 @@ class WorkerHost:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
 
-    def engine(self, sampling: dict[str, Any]) -> Any:
-        """The engine whose sessions sample with verl's params (training and validation differ)."""
+    def engine(self, sampling: dict[str, Any], *, validation: bool = False) -> Any:
+        """The engine whose sessions sample with verl's params; validation trials run under
+        `<experiment>_val` (their sandboxes and folders), as the local trainer's do."""
         from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
-        key = tuple(sorted(sampling.items()))
+        key = (validation, *sorted(sampling.items()))
         if key not in self._engines:
-            config = EngineConfig(**{**self.engine_settings, "model_name": self.model_name,
-                                     "proxy_url": self.server.url, "sampling": dict(sampling)})
+            settings = dict(self.engine_settings)
+            if validation:
+                settings["experiment"] = f"{settings.get('experiment', 'default')}_val"
+            config = EngineConfig(**{**settings, "model_name": self.model_name, "proxy_url": self.server.url,
+                                     "sampling": dict(sampling)})
             self._engines[key] = RolloutEngine(config)
         return self._engines[key]
 
@@ -174,6 +193,20 @@ class SessionTaggedCore(ProxyCore):
             return await super()._complete(session_id, prompt_ids, params)
         finally:
             _session.reset(token)
+
+
+VALIDATION_SPLITS = frozenset({"val", "test"})  # an index row's split (rlkit index build --val-fraction)
+
+
+def trial_step(fields: dict[str, Any], latest_weights: int) -> int:
+    """The step a trial's folder is named for: the training step verl sampled its prompt for
+    (V1 hands `global_steps` to every sample: trials of step N land in step_<N>/, as the local
+    trainer's do), else the newest weight version the replicas reported."""
+    value = fields.get("global_steps")
+    try:
+        return int(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError):
+        return latest_weights
 
 
 def proxy_sampling(sampling_params: dict[str, Any]) -> dict[str, Any]:
@@ -197,17 +230,22 @@ class RlkitAgentLoop(AgentLoopBase):
         self.settings: dict[str, Any] = dict(settings)  # type: ignore[arg-type]
         self.model_path = str(self.config.actor_rollout_ref.model.path)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         host = WorkerHost.get(self.settings, self.model_path, self.server_manager)
         row = row_from_verl(kwargs)
         uid = group_uid(kwargs, row)
-        engine = host.engine(proxy_sampling(sampling_params))
-        record: TrialRecord = await engine.run_trial(row, uid=uid, step=host.upstream.latest_step)
+        engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS)
+        record: TrialRecord = await engine.run_trial(row, uid=uid, step=trial_step(kwargs, host.upstream.latest_step))
         return self.output(record, host.upstream.steps.pop(record.session, None))
 
-    def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        fields = sample_fields(record, pad_id=pad, max_response=self.rollout_config.response_length)
+    def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput | list:
+        """The trial as verl's output; a masked trial as no output at all (`[]`: verl's V1 worker
+        stores nothing, so it counts in no group's statistics and no loss; rlkit.train.verl_samples)."""
+        fields = sample_fields(record, max_response=self.rollout_config.response_length)
+        if fields is None:
+            log.warning("trial %s (%s, %s) is masked: left out of its group and the loss", record.session,
+                        record.task_id, record.outcome.value)
+            return []
         prompt = fields["prompt_ids"]
         capped = self._cap_text_prompt_length(prompt)
         fields["extra_fields"]["prompt_cut"] = len(prompt) - len(capped)

@@ -8,43 +8,44 @@ chain** (`longest_chain`). The other segments are dropped and counted: `num_brea
 (segments - 1) and `dropped_model_tokens` go into `extra_fields`,
 so breaks show up as a metric instead of silently shrinking the batch.
 
-Masking follows `rlkit.rollout.records`: a masked trial (infrastructure failure, or no
-model tokens) keeps one placeholder token with `response_mask` 0, so it adds nothing to
-the loss; its reward is 0.0 because verl needs a score on every sample of a batch (with
-`reward_score` unset on any sample verl would call its reward manager, and
-`data_source=rlkit_tasks` has none).
+Masking follows `rlkit.rollout.records`, and the local trainer: a masked trial
+(infrastructure failure, or no model tokens) is **no sample at all** (`sample_fields`
+returns None and the agent loop returns no output). verl's GRPO estimator groups by uid
+and reads only scores, never the mask, so a placeholder with a score would still move its
+group's mean and std: in [pass, pass, masked] both passes would get a positive advantage,
+and a sandbox failure would train the policy. verl's V1 agent-loop worker stores nothing for
+an empty output, and its advantage step computes GRPO over the outputs that exist
+(verl/trainer/ppo/v1/utils.py: compute_advantage_for_multi_trajectories), which is what the
+local trainer does after dropping masked trials (rlkit/train/batch.py: build_batch).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlkit.rollout.records import TrialRecord, longest_chain
+from rlkit.rollout.records import TrialRecord
 from rlkit.tasks.index import IndexRow
 
 
-def sample_fields(record: TrialRecord, *, pad_id: int = 0, max_response: int | None = None) -> dict[str, Any]:
-    """`AgentLoopOutput` keyword arguments (less `metrics`) for one trial.
+def sample_fields(record: TrialRecord, *, max_response: int | None = None) -> dict[str, Any] | None:
+    """`AgentLoopOutput` keyword arguments (less `metrics`) for one trial; None for a masked
+    trial, which is no sample (see the module docstring).
 
     `max_response` caps the response side (verl pads every response to
     `rollout.response_length`); the cut is counted in `extra_fields["response_cut"]`."""
-    chain = None if record.masked else longest_chain(record.segments)
+    if not record.trainable:
+        return None
+    chain = record.training_segment()
+    assert chain is not None  # a trainable record has model tokens
     sampled = sum(sum(s.response_mask) for s in record.segments)
     extra: dict[str, Any] = {
-        "outcome": record.outcome.value, "masked": record.masked or chain is None,
-        "truncated": record.outcome.truncated, "task_id": record.task_id, "session": record.session,
-        "num_breaks": max(record.num_breaks, len(record.segments) - 1),
+        "outcome": record.outcome.value, "truncated": record.outcome.truncated, "task_id": record.task_id,
+        "session": record.session, "num_breaks": max(record.num_breaks, len(record.segments) - 1),
         "parse_failures": record.parse_failures, "attempts": record.attempts,
         "trial_dir": str(record.trial_dir) if record.trial_dir else "",
         "timings": dict(record.timings), "response_cut": 0, "detail": record.detail or "",
-        "dropped_model_tokens": sampled - (sum(chain.response_mask) if chain else 0),
+        "dropped_model_tokens": sampled - sum(chain.response_mask),
     }
-    if chain is None or not any(chain.response_mask):
-        extra["masked"] = True
-        prompt = chain.prompt_ids if chain is not None and chain.prompt_ids else [pad_id]
-        return {"prompt_ids": prompt, "response_ids": [pad_id], "response_mask": [0],
-                "response_logprobs": [0.0], "reward_score": 0.0, "num_turns": record.num_turns,
-                "extra_fields": extra}
     ids, mask, logprobs = chain.response_ids, chain.response_mask, chain.response_logprobs
     if max_response is not None and len(ids) > max_response:
         extra["response_cut"] = len(ids) - max_response

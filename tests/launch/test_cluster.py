@@ -241,3 +241,18 @@ def test_rank_0_holds_the_run_lock_while_it_runs_and_a_second_launch_refuses(ws,
         launch()
     assert len(seen) == 1  # nothing was started
     assert json.loads(lock_path.read_text())["pid"] == os.getppid()  # its lock is left alone
+
+
+def test_verl_file_log_lines_are_appended_across_launches(tmp_path) -> None:
+    """verl's file logger truncates its file at every launch; logs/<exp>.jsonl keeps every launch's lines."""
+    source, sink = tmp_path / "exp_verl.jsonl", tmp_path / "exp.jsonl"
+
+    class Done:
+        def poll(self) -> int:
+            return 0
+
+    source.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "da')  # a half-written last line waits
+    cluster.follow_jsonl(source, sink, Done(), poll_s=0)
+    source.write_text('{"step": 3}\n')  # the resumed launch starts the file over
+    cluster.follow_jsonl(source, sink, Done(), poll_s=0)
+    assert [json.loads(line)["step"] for line in sink.read_text().splitlines()] == [1, 2, 3]

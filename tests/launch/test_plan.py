@@ -22,6 +22,7 @@ COMBOS = {
                           "N_NODES_TRAIN": 2, "N_NODES_ROLLOUT": 1, "SP_SIZE": 2, "EP_SIZE": 2, "TRAIN_BSZ": 8,
                           "MINI_BSZ": 2, "PARAM_SYNC_STEPS": 4, "LOGGER": "console,wandb"},
     "ppo-sync-fsdp": {"ALGORITHM": "ppo", "NNODES": 2, "N_NODES_TRAIN": 2, "ROLLOUT_TP": 2},
+    "grpo-sync-cpu": {"VERL_DEVICE": "cpu", "GPUS_PER_NODE": 1, "VAL_N": 3},
 }
 
 
@@ -31,7 +32,7 @@ def overrides_of(ws, combo: str) -> dict[str, str]:
 
 
 def test_algorithm_overrides(ws) -> None:
-    grpo, gspo, ppo = (overrides_of(ws, c) for c in COMBOS)
+    grpo, gspo, ppo, _ = (overrides_of(ws, c) for c in COMBOS)
     ar = "actor_rollout_ref.actor"
     assert grpo["algorithm.adv_estimator"] == "grpo" and grpo[f"{ar}.policy_loss.loss_mode"] == "vanilla"
     assert gspo["algorithm.adv_estimator"] == "grpo" and gspo[f"{ar}.policy_loss.loss_mode"] == "gspo"
@@ -43,7 +44,7 @@ def test_algorithm_overrides(ws) -> None:
 
 
 def test_mode_and_engine_overrides(ws) -> None:
-    grpo, gspo, _ = (overrides_of(ws, c) for c in COMBOS)
+    grpo, gspo, _, _ = (overrides_of(ws, c) for c in COMBOS)
     assert grpo["trainer.v1.trainer_mode"] == "sync" and grpo["model_engine"] == "dp"
     assert grpo["actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"] == "1"
     assert "actor_rollout_ref.hybrid_engine" not in grpo
@@ -95,13 +96,50 @@ def test_verl_config_accepts_every_combination(ws) -> None:
     assert results[-1]["ok"] is False  # the harness does reject unknown keys
     for combo, result in zip(COMBOS, results, strict=False):
         assert result["ok"], f"{combo}: {result.get('error')}"
-    grpo, gspo, ppo = (r["config"] for r in results[:3])
+    grpo, gspo, ppo, cpu = (r["config"] for r in results[:4])
     assert gspo["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "gspo"
     assert gspo["trainer"]["v1"]["trainer_mode"] == "separate_async"
     assert gspo["actor_rollout_ref"]["actor"]["veomni"]["expert_parallel_size"] == 2
     assert grpo["actor_rollout_ref"]["rollout"]["multi_turn"]["format"] == "qwen3_coder"
     assert grpo["data"]["train_files"] == str(ws.train)
     assert ppo["algorithm"]["adv_estimator"] == "gae" and ppo["trainer"]["nnodes"] == 2
+    assert cpu["actor_rollout_ref"]["rollout"]["name"] == "vllm_http" and cpu["trainer"]["device"] == "cpu"
+    assert cpu["actor_rollout_ref"]["actor"]["strategy"] == "fsdp2"
+    assert cpu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_FILE_LOGGER_PATH"] == str(
+        ws.root / "out" / "logs" / "exp_verl.jsonl")  # verl's Tracking runs in a Ray actor: the job's env carries it
+
+
+def test_validation_samples_at_the_rollout_temperature(ws) -> None:
+    """Bug 2 of the cluster path: verl's val_kwargs default to greedy (temperature 0), so VAL_N attempts
+    were identical. The composed config samples validation as the rollout does, whatever it is set to."""
+    plan = build_plan(resolve(ws.config(VAL_N=4), ws.environ()))
+    default, warmer = (r["config"]["actor_rollout_ref"]["rollout"] for r in _compose(
+        [plan.overrides, [*plan.overrides, "actor_rollout_ref.rollout.temperature=0.6",
+                          "actor_rollout_ref.rollout.top_p=0.9"]]))
+    for rollout in (default, warmer):
+        val = rollout["val_kwargs"]
+        assert (val["temperature"], val["top_p"], val["top_k"]) == (rollout["temperature"], rollout["top_p"],
+                                                                     rollout["top_k"])
+        assert val["n"] == 4 and val["do_sample"] is True
+    assert default["val_kwargs"]["temperature"] == 1.0 and warmer["val_kwargs"]["temperature"] == 0.6
+
+
+def test_cpu_device_plan(ws) -> None:
+    """VERL_DEVICE=cpu: one machine's Ray on 127.0.0.2 with logical GPUs and CPUs declared, and rlkit's CPU
+    platform and rollout named to every process of the run."""
+    plan = build_plan(resolve(ws.config(**COMBOS["grpo-sync-cpu"]), ws.environ()))
+    assert plan.head_address == "127.0.0.2" and "--node-ip-address=127.0.0.2" in plan.ray_head.argv
+    assert "--num-gpus=1" in plan.ray_head.argv and any(a.startswith("--num-cpus=") for a in plan.ray_head.argv)
+    for command in (plan.ray_head, plan.trainer):
+        assert command.env["VERL_PLATFORM"] == "cpu"
+        assert command.env["VERL_USE_EXTERNAL_MODULES"] == "rlkit.train.verl_cpu"
+        assert command.env["RLKIT_VERL_CPU_LOG_DIR"] == str(ws.root / "out" / "logs")
+    overrides = dict(o.split("=", 1) for o in plan.overrides)
+    assert overrides["actor_rollout_ref.rollout.name"] == "vllm_http"
+    assert overrides["+actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    gpu = overrides_of(ws, "grpo-sync-fsdp")
+    assert gpu["actor_rollout_ref.rollout.name"] == "vllm" and "trainer.device" not in gpu
+    assert "VERL_PLATFORM" not in build_plan(resolve(ws.config(), ws.environ())).trainer.env
 
 
 @pytest.mark.slow

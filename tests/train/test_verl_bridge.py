@@ -30,7 +30,7 @@ def test_one_segment_is_the_sample_with_the_outcome_in_extra_fields() -> None:
     assert fields["response_mask"] == [1, 1, 1, 1, 0, 0] and fields["reward_score"] == 1.0
     assert len(fields["response_logprobs"]) == len(fields["response_ids"]) == 6
     extra = fields["extra_fields"]
-    assert extra["outcome"] == "passed" and extra["num_breaks"] == 0 and not extra["masked"]
+    assert extra["outcome"] == "passed" and extra["num_breaks"] == 0
 
 
 def test_a_broken_trajectory_trains_on_its_longest_chain_and_counts_the_break() -> None:
@@ -41,12 +41,71 @@ def test_a_broken_trajectory_trains_on_its_longest_chain_and_counts_the_break() 
     assert fields["extra_fields"]["num_breaks"] == 1 and fields["extra_fields"]["dropped_model_tokens"] == 2
 
 
-def test_a_masked_trial_adds_no_token_to_the_loss_but_keeps_a_score() -> None:
-    fields = sample_fields(_record([_segment(3)], Outcome.SANDBOX_ERROR, 0.0, masked=True), pad_id=7)
-    assert fields["response_mask"] == [0] and fields["response_ids"] == [7] and fields["reward_score"] == 0.0
-    assert fields["extra_fields"]["masked"] and fields["extra_fields"]["outcome"] == "sandbox_error"
-    empty = sample_fields(_record([], Outcome.AGENT_ERROR, 0.0))
-    assert empty["response_mask"] == [0] and empty["extra_fields"]["masked"]
+def test_a_masked_trial_is_no_sample() -> None:
+    assert sample_fields(_record([_segment(3)], Outcome.SANDBOX_ERROR, 0.0, masked=True)) is None
+    assert sample_fields(_record([], Outcome.AGENT_ERROR, 0.0)) is None  # no model tokens: masked too
+    assert sample_fields(_record([_segment(0, 4)], Outcome.FAILED_TESTS, 0.0)) is None
+
+
+def _grouped_records() -> list[TrialRecord]:
+    """[pass, pass, masked] and [pass, fail, masked]: one segment each, as verl trains them."""
+    def trial(uid: str, n: int, outcome: Outcome, reward: float, masked: bool = False) -> TrialRecord:
+        seg = _segment(3 + n, prompt=4 + n)
+        return TrialRecord(uid=uid, task_id="t", session=f"{uid}-{n}", outcome=outcome, reward=reward,
+                           masked=masked, segments=[seg], num_turns=2)
+
+    return [trial("g1", 0, Outcome.PASSED, 1.0), trial("g1", 1, Outcome.PASSED, 1.0),
+            trial("g1", 2, Outcome.SANDBOX_ERROR, 0.0, masked=True),
+            trial("g2", 0, Outcome.PASSED, 1.0), trial("g2", 1, Outcome.FAILED_TESTS, 0.0),
+            trial("g2", 2, Outcome.SANDBOX_ERROR, 0.0, masked=True)]
+
+
+def _verl_v1_advantages(samples: list[tuple[str, int, dict]]) -> list[float]:
+    """verl V1's advantage step (trainer_base._compute_advantage -> compute_advantage_for_multi_trajectories)
+    on samples keyed `{uid}_{session}_0` as its agent-loop worker stores them; one value per sample."""
+    import numpy as np
+    import torch
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    width = max(len(f["response_ids"]) for _, _, f in samples)
+    mask = torch.zeros(len(samples), width)
+    scores = torch.zeros(len(samples), width)
+    for i, (_, _, fields) in enumerate(samples):
+        n = len(fields["response_mask"])
+        mask[i, :n] = torch.tensor(fields["response_mask"], dtype=torch.float32)
+        scores[i, n - 1] = fields["reward_score"]  # AgentLoopOutput.as_dict: rm_scores[-1] = reward_score
+    data = DataProto.from_dict(tensors={"response_mask": mask, "token_level_rewards": scores},
+                               non_tensors={"uid": np.array([uid for uid, _, _ in samples], dtype=object)})
+    keys = [f"{uid}_{session}_0" for uid, session, _ in samples]
+    out = compute_advantage_for_multi_trajectories(data, batch_keys=keys, adv_estimator="grpo", num_repeat=3)
+    trained = [out.batch["advantages"][i][mask[i] > 0] for i in range(len(samples))]
+    return [float(a[0]) if len(a) else 0.0 for a in trained]
+
+
+def test_masked_trials_carry_no_weight_and_advantages_equal_the_local_trainers() -> None:
+    """Bug 1 of the cluster path: a masked trial sent to verl with a 0.0 score moved its group's
+    mean, so [pass, pass, masked] trained both passes up. Now it is no sample, and verl's own V1
+    advantage step gives what the local trainer gives on the same records."""
+    from rlkit.train.algo import AlgoConfig, compute_advantages
+    from rlkit.train.batch import build_batch
+
+    records = _grouped_records()
+    batch = build_batch(records, max_prompt=64, max_response=64, pad_id=0)
+    local_adv, _ = compute_advantages(batch, AlgoConfig())
+    local = [float(local_adv[b][batch.response_mask[b] > 0][0]) for b in range(batch.rows)]
+
+    samples = [(r.uid, i % 3, f) for i, r in enumerate(records) if (f := sample_fields(r)) is not None]
+    assert [(uid, session) for uid, session, _ in samples] == [("g1", 0), ("g1", 1), ("g2", 0), ("g2", 1)]
+    verl = _verl_v1_advantages(samples)
+    assert verl == pytest.approx(local, abs=1e-5)
+    assert verl == pytest.approx([0.0, 0.0, 0.70710, -0.70710], abs=1e-4)
+
+    # What the placeholder (score 0.0, mask 0) did: both passes of [pass, pass, masked] went up.
+    placeholder = dict(samples[0][2], response_ids=[0], response_mask=[0], response_logprobs=[0.0],
+                       reward_score=0.0)
+    biased = _verl_v1_advantages([*samples[:2], ("g1", 2, placeholder)])
+    assert biased[0] == pytest.approx(0.57735, abs=1e-4) and biased[1] == pytest.approx(0.57735, abs=1e-4)
 
 
 def test_a_truncated_trial_is_trained_with_its_reward_and_cut_to_the_response_length() -> None:
@@ -140,3 +199,11 @@ def test_the_worker_host_serves_a_probed_proxy_on_loopback(tiny_model_dir: Path)
         assert engine.config.proxy_url == host.server.url and engine.config.model_name == tiny_model_dir.name
     finally:
         host.stop()
+
+
+def test_trials_are_filed_under_the_step_verl_sampled_them_for() -> None:
+    import numpy as np
+
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    assert verl_loop.trial_step({"global_steps": np.int64(3)}, latest_weights=2) == 3  # V1 hands the step over
+    assert verl_loop.trial_step({}, latest_weights=2) == 2  # else the newest weight version seen

