@@ -201,7 +201,7 @@ def test_rank_0_holds_the_run_lock_while_it_runs_and_a_second_launch_refuses(ws,
     from rlkit.config import owner
     from rlkit.launch.lock import RunLock
 
-    monkeypatch.setattr(owner, "claim_ownership", lambda: None)  # keeps pytest's own environment as it is
+    monkeypatch.setattr(owner, "claim_ownership", lambda *_a: None)  # keeps pytest's own environment as it is
     plan = build_plan(resolve(ws.config(), ws.environ()))
     logs = ws.root / "out" / "logs"
     lock_path = logs / "exp.lock"
