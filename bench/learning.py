@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", default=None, help="the rl arm's LR (default: the embedded config's)")
     parser.add_argument("--out", type=Path, default=ROOT / ".rlkit" / "bench" / "learning")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap draws")
+    parser.add_argument("--arms", default=",".join(ARMS), help="rl,control (default both; one alone only runs)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
     args = parser.parse_args(argv)
@@ -187,9 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     model, val_index = prepare(out)
     sources = {r.task_id: next(k for k, v in SETS.items() if v == r.data_source) for r in load_index(val_index)}
     started = time.perf_counter()
+    arms = [a for a in ARMS if a in args.arms.split(",")]
     for seed in seeds:
-        for arm in ARMS:
+        for arm in arms:
             train(out, arm, seed, args, model, val_index, lr if arm == "rl" else "0")
+    if arms != list(ARMS):
+        print(f"ran {', '.join(arms)} only: no comparison")
+        return 0
 
     runs, by_arm = [], {arm: {"before": {s: {} for s in SETS}, "after": {s: {} for s in SETS}} for arm in ARMS}
     for seed in seeds:
