@@ -78,9 +78,12 @@ UV=.rlkit/uv/bin/uv
 uv_args=()
 if [ "$installer" = uv ] && [ $(( need_main + need_vllm )) -gt 0 ]; then
   if [ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
-    log "installing uv $UV_VERSION into .rlkit/uv"
+    log "installing uv $UV_VERSION into .rlkit/uv (from PyPI)"
     rm -rf .rlkit/uv
-    if ! "$PY312" -m pip install -q --disable-pip-version-check --target .rlkit/uv "uv==$UV_VERSION" >"$LOGS/uv.log" 2>&1; then
+    t0=$SECONDS
+    if "$PY312" -m pip install -q --disable-pip-version-check --target .rlkit/uv "uv==$UV_VERSION" >"$LOGS/uv.log" 2>&1; then
+      log "uv $UV_VERSION installed in $(( SECONDS - t0 )) s"
+    else
       log "warning: could not install uv (log: $LOGS/uv.log); installing with pip"
       installer=pip
     fi
