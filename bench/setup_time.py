@@ -12,7 +12,8 @@ never read or written). The floor is today's way, measured in the same run: pip,
     rerun        setup.sh again in the uv-parallel clone: every stamp matches, so it costs seconds
     warm-clone   setup.sh in a second fresh clone, the uv cache of uv-parallel kept (a second checkout)
 
-apt is left out: its packages are installed on a machine that can run this, and removing them would
+Each run prints its wall time and its CPU time (user + system of setup.sh and all it ran, which the
+machine's other load bends less). apt is left out: its packages are installed on a machine that can run this, and removing them would
 stop the shared dockerd. Each run's venvs and caches are removed when it is measured (--keep keeps them).
 Needs about 15 GiB free for one run's venvs and caches.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,7 @@ class Result:
     wall: float
     rc: int
     load: tuple[float, float]  # 1-minute load average at the start and the end
+    cpu: float  # user + system seconds of setup.sh and everything it ran: less bent by the machine's load
     phases: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, float] = field(default_factory=dict)  # GB on disk
     pins: dict[str, dict[str, str]] = field(default_factory=dict)  # venv -> {package: version}
@@ -61,6 +64,7 @@ def setup(run: str, clone: Path, caches: Path, no_vllm: bool) -> Result:
     argv = ["bash", "scripts/setup.sh", "--no-apt", *FLAGS[run], *(["--no-vllm"] if no_vllm else [])]
     print(f"\n== {run}: {' '.join(argv[1:])}  (in {clone})", flush=True)
     load0 = os.getloadavg()[0]
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     phases: dict[str, float] = {}
@@ -70,11 +74,13 @@ def setup(run: str, clone: Path, caches: Path, no_vllm: bool) -> Result:
         if match := DONE.match(line):
             phases[match["phase"].split()[0]] = float(match["s"])
     rc = proc.wait()
-    result = Result(run, time.perf_counter() - start, rc, (load0, os.getloadavg()[0]), phases)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
+    result = Result(run, time.perf_counter() - start, rc, (load0, os.getloadavg()[0]), cpu, phases)
     result.sizes = {".venv": du_gb(clone / ".venv"), ".venv-vllm": du_gb(clone / ".venv-vllm"),
                     "pip cache": du_gb(caches / "pip"), "uv cache": du_gb(caches / "uv")}
     result.pins = {venv: installed(clone / venv) for venv in (".venv", ".venv-vllm")}
-    print(f"   -> exit {rc} in {result.wall:.0f} s, load {load0:.1f} -> {result.load[1]:.1f}; "
+    print(f"   -> exit {rc} in {result.wall:.0f} s ({cpu:.0f} s CPU), load {load0:.1f} -> {result.load[1]:.1f}; "
           + ", ".join(f"{k} {v:.1f} GB" for k, v in result.sizes.items() if v), flush=True)
     return result
 
@@ -129,10 +135,15 @@ def report(results: dict[str, Result]) -> None:
                      for r in ("pip-serial", "uv-serial", "uv-parallel"))
     best_uv = walls.get("uv-parallel") or walls.get("uv-serial")
     print(f"{'whole setup.sh --no-apt':<36}{text}   {ratio(best_uv, floor.wall if floor else None)}")
+    cpus = {r: results[r].cpu for r in walls}
+    text = "  ".join(f"{cpus[r]:9.0f} s" if r in cpus else "          -"
+                     for r in ("pip-serial", "uv-serial", "uv-parallel"))
+    best_uv = cpus.get("uv-parallel") or cpus.get("uv-serial")
+    print(f"{'  its CPU time (user + system)':<36}{text}   {ratio(best_uv, floor.cpu if floor else None)}")
     for run, what in (("rerun", "setup.sh again (stamps match)"), ("warm-clone", "fresh clone, uv cache warm")):
         if run in results:
             print(f"{what:<36}{results[run].wall:9.1f} s   ({ratio(results[run].wall, floor.wall if floor else None)}"
-                  " of the floor)")
+                  f" of the floor; {results[run].cpu:.0f} s CPU)")
     if floor:
         for run in ("uv-serial", "uv-parallel"):
             for venv in (".venv", ".venv-vllm") if run in results else ():

@@ -175,13 +175,15 @@ phase_images() {
   .venv/bin/rlkit images base
 }
 
+exec 3>&1
 declare -A pids=() started=() titles=()
 run_phase() {  # $1 = name (its log: $LOGS/<name>.log), $2 = what it does, then the command
   local name=$1 title=$2; shift 2
   titles[$name]=$title
   started[$name]=$SECONDS
   log "$title: started (log: $LOGS/$name.log)"
-  ( set -e; "$@" ) >"$LOGS/$name.log" 2>&1 &
+  # A phase says it is done (on fd 3, the terminal) the moment it is, not when it is waited for.
+  ( set -e; "$@"; log "$title: done in $(( SECONDS - ${started[$name]} )) s" >&3 ) >"$LOGS/$name.log" 2>&1 &
   pids[$name]=$!
   if [ "$serial" = 1 ]; then finish_phase "$name" || exit 1; fi
 }
@@ -192,10 +194,7 @@ finish_phase() {  # waits for one phase; a failure names the phase and its log
   [ -n "${pids[$name]:-}" ] || return 0
   wait "${pids[$name]}" || rc=$?
   unset "pids[$name]"
-  if [ "$rc" = 0 ]; then
-    log "${titles[$name]}: done in $(( SECONDS - ${started[$name]} )) s"
-    return 0
-  fi
+  [ "$rc" != 0 ] || return 0
   printf '✗ FATAL setup: %s failed (exit %s) after %s s; its log: %s\n' \
     "${titles[$name]}" "$rc" "$(( SECONDS - ${started[$name]} ))" "$ROOT/$LOGS/$name.log" >&2
   tail -n 15 "$LOGS/$name.log" | sed 's/^/  | /' >&2
