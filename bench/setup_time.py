@@ -13,9 +13,9 @@ never read or written). The floor is today's way, measured in the same run: pip,
     warm-clone   setup.sh in a second fresh clone, the uv cache of uv-parallel kept (a second checkout)
 
 Each run prints its wall time and its CPU time (user + system of setup.sh and all it ran, which the
-machine's other load bends less). apt is left out: its packages are installed on a machine that can run this, and removing them would
-stop the shared dockerd. Each run's venvs and caches are removed when it is measured (--keep keeps them).
-Needs about 15 GiB free for one run's venvs and caches.
+machine's other load bends less). apt is left out: its packages are installed on a machine that can
+run this, and removing them would stop the shared dockerd. Each run's venvs and caches are removed
+when it is measured (--keep keeps them). Needs about 15 GiB free for one run's venvs and caches.
 """
 
 from __future__ import annotations

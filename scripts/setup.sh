@@ -94,7 +94,8 @@ mkdir -p "$LOGS"
 UV=.rlkit/uv/bin/uv
 uv_args=()
 if [ "$installer" = uv ] && [ $(( need_main + need_vllm )) -gt 0 ]; then
-  if [ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
+  uv_now=$("$UV" --version 2>/dev/null || true)  # "uv 0.13.9 (x86_64-unknown-linux-gnu)"
+  if [ "${uv_now%% (*}" != "uv $UV_VERSION" ]; then
     log "installing uv $UV_VERSION into .rlkit/uv (from PyPI)"
     rm -rf .rlkit/uv
     t0=$SECONDS

