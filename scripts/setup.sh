@@ -11,7 +11,7 @@
 # Usage: bash scripts/setup.sh [--no-vllm] [--no-apt] [--images] [--pip] [--serial]
 #        bash scripts/setup.sh --lock [--upgrade]
 #   --images  also start dockerd and build the offline base image (rlkit images base) once apt and
-#             .venv are ready: debootstrap waits on the network while .venv-vllm installs
+#             .venv's docker client are in: debootstrap waits on the network while the venvs install
 #   --pip     install with pip instead of uv (slower; where uv cannot reach your index)
 #   --serial  one phase after the other
 #   --lock    rewrite scripts/locks/*.txt after a dependency change, installing nothing: the locked
@@ -91,6 +91,7 @@ if [ "$lock" = 0 ]; then  # both disk checks first: nothing is created when eith
 fi
 
 mkdir -p "$LOGS"
+rm -f "$LOGS/venv-sandbox.ready"
 UV=.rlkit/uv/bin/uv
 uv_args=()
 if [ "$installer" = uv ] && [ $(( need_main + need_vllm )) -gt 0 ]; then
@@ -159,6 +160,12 @@ phase_venv() {  # $1 = venv dir, $2 = python, $3 = lock, then what to install
 }
 
 phase_main() {
+  if [ "$want_images" = 1 ] && [ "$installer" = uv ]; then
+    # What `rlkit images` needs comes first, so the base image is built while the rest installs.
+    [ -x .venv/bin/python ] || "$UV" venv --seed --python "$PY312" .venv
+    "$UV" pip install --python .venv/bin/python "${uv_args[@]}" -c "$LOCKS/venv.txt" -e ".[sandbox]"
+    touch "$LOGS/venv-sandbox.ready"
+  fi
   phase_venv .venv "$PY312" "$LOCKS/venv.txt" -e ".[all,dev]"
   .venv/bin/python -c "import rlkit, verl, harbor"
   echo "$main_stamp" > .venv/.rlkit-stamp
@@ -213,7 +220,10 @@ finish_phase() {  # waits for one phase; a failure names the phase and its log
 [ "$need_vllm" = 1 ] && run_phase vllm ".venv-vllm by $installer" phase_vllm
 if [ "$want_images" = 1 ]; then  # needs docker.io and debootstrap (apt) and the docker client (.venv)
   finish_phase apt || true
-  finish_phase venv || true
+  while [ -n "${pids[venv]:-}" ] && [ ! -f "$LOGS/venv-sandbox.ready" ] && kill -0 "${pids[venv]}" 2>/dev/null; do
+    sleep 1
+  done
+  [ -f "$LOGS/venv-sandbox.ready" ] || finish_phase venv || true
   if [ "$(id -u)" != 0 ]; then
     log "warning: not root; dockerd and the base image are left to rlkit images (as root)"
   elif [ "$failed" = 0 ]; then

