@@ -5,10 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=examples/configs/embedded.env
-bash scripts/setup.sh
+# Installs, dockerd and the offline base image (debootstrap + docker import, cached by recipe hash),
+# in parallel where they can be: see the top of scripts/setup.sh.
+bash scripts/setup.sh --images
 export PATH="$PWD/.venv/bin:$PATH"
-rlkit images dockerd
-rlkit images base                     # offline: debootstrap + docker import, cached by recipe hash
 rlkit images build examples/tasks     # one image per bundled task (cached layers)
 rlkit model tiny .rlkit/models/tiny-qwen3 >/dev/null
 mkdir -p .rlkit/indexes

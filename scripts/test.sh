@@ -13,7 +13,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-bash scripts/setup.sh
+bash scripts/setup.sh --images  # the docker tests' base image is built while the venvs install
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check rlkit tests bench
 .venv/bin/lint-imports  # floors: imports run downward (pyproject.toml [tool.importlinter])

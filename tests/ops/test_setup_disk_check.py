@@ -15,6 +15,7 @@ def test_setup_refuses_to_build_a_venv_on_a_nearly_full_disk(tmp_path: Path) -> 
     (checkout / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "setup.sh", checkout / "scripts" / "setup.sh")
     shutil.copy(REPO / "pyproject.toml", checkout / "pyproject.toml")
+    shutil.copytree(REPO / "scripts" / "locks", checkout / "scripts" / "locks")
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     df = fake_bin / "df"  # 1 GiB free
