@@ -7,6 +7,11 @@ from pydantic import Field
 
 from rlkit.sandbox.labels import SandboxLabels
 
+# Every sandbox has this hostname (docker's default is the container id, k8s's the pod name): the
+# agent's shell prompt shows it, so a random one would make two trials of one task see different
+# prompts, and seeded attempts could not draw alike. On docker's host network the host's name stays.
+SANDBOX_HOSTNAME = "sandbox"
+
 
 class SandboxIdentityOptions(EnvironmentOptions):
     """Image and ownership kwargs common to every rlkit backend."""

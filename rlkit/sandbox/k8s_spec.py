@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rlkit.sandbox._exec_kill import KILL_TREE_BASH
+from rlkit.sandbox._identity import SANDBOX_HOSTNAME
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MAIN_CONTAINER = "main"
@@ -120,6 +121,7 @@ def build_pod_manifest(spec: PodSpecInput) -> dict:
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "hostname": SANDBOX_HOSTNAME,  # as on docker: the agent's prompt is the same in every pod
     }
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account

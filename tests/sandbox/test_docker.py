@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,8 @@ def test_lifecycle_labels_limits_and_exec(calc_task: Path, tmp_path: Path, docke
         assert result.return_code == 0
         assert result.stdout.split() == ["/app", "hello", "root", "/logs/agent", "/logs/artifacts",
                                          "/logs/verifier"]
+        # one hostname for every sandbox: the agent's shell prompt (root@sandbox:/app#) never differs
+        assert (await env.exec("hostname")).stdout.strip() == "sandbox"
         failing = await env.exec("echo oops >&2; exit 3", cwd="/tmp")
         assert (failing.return_code, failing.stderr, failing.stdout) == (3, "oops\n", None)
         as_nobody = await env.exec("id -un; pwd", user="nobody", cwd="/tmp")
@@ -143,6 +146,8 @@ def test_network_modes(calc_task: Path, tmp_path: Path, docker_api) -> None:
         await env.start(force_build=False)
         try:
             links = (await env.exec("ls /sys/class/net")).stdout.split()
+            if env.network_mode() == "host":  # the host network keeps the host's name
+                assert (await env.exec("hostname")).stdout.strip() == socket.gethostname()
             return _inspect(docker_api, env.container_id)["HostConfig"]["NetworkMode"], " ".join(sorted(links))
         finally:
             await env.stop(delete=True)

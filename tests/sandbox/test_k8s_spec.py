@@ -53,6 +53,7 @@ def test_pod_manifest_full() -> None:
     }
     assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] == 0
     assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    assert pod["hostname"] == "sandbox"  # the same shell prompt in every pod
     assert pod["serviceAccountName"] == "runner" and pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["nodeSelector"] == {"pool": "cpu"} and pod["tolerations"][0]["key"] == "sandbox"
     assert pod["activeDeadlineSeconds"] == 3600
