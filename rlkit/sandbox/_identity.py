@@ -7,10 +7,15 @@ from pydantic import Field
 
 from rlkit.sandbox.labels import SandboxLabels
 
-# Every sandbox has this hostname (docker's default is the container id, k8s's the pod name): the
-# agent's shell prompt shows it, so a random one would make two trials of one task see different
-# prompts, and seeded attempts could not draw alike. On docker's host network the host's name stays.
-SANDBOX_HOSTNAME = "sandbox"
+
+def sandbox_hostname(task: str) -> str:
+    """Every sandbox of `task` has this hostname: 12 hex characters, the form of docker's default (the
+    container id), but the same in every trial. The agent's shell prompt shows it (root@<host>:/app#),
+    so a random one made two trials of one task see different prompts (seeded attempts drew apart), and
+    a name of another form is a prompt a policy trained on docker's never saw."""
+    import hashlib
+
+    return hashlib.sha256(f"rlkit-sandbox:{task}".encode()).hexdigest()[:12]
 
 
 class SandboxIdentityOptions(EnvironmentOptions):
@@ -43,6 +48,9 @@ class SandboxIdentity:
 
         raise SandboxError(f"no image for task {self.environment_name}: pass image= (the task's name from "  # type: ignore[attr-defined]
                            "rlkit.tasks.images.task_image_ref) or set [environment].docker_image")
+
+    def hostname(self) -> str:
+        return sandbox_hostname(self.environment_name)  # type: ignore[attr-defined]
 
     def labels(self) -> dict[str, str]:
         overrides: dict[str, object] = {"session": self.opts.session or self.session_id,  # type: ignore[attr-defined]

@@ -47,7 +47,7 @@ from rlkit.sandbox._exec_session import (
     keepalive_command,
     kill_tree_script,
 )
-from rlkit.sandbox._identity import SANDBOX_HOSTNAME, SandboxIdentity, SandboxIdentityOptions
+from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
 from rlkit.sandbox.docker_api import api_client
 from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.sandbox.pool import run_blocking
@@ -165,7 +165,7 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         creating = asyncio.ensure_future(run_blocking(
             api.create_container, image, command=keepalive_command() if session else ["sleep", "infinity"],
             name=self._container_name, labels=self.labels(), environment=env or None,
-            hostname=None if host_config_kwargs.get("network_mode") == "host" else SANDBOX_HOSTNAME,
+            hostname=None if host_config_kwargs.get("network_mode") == "host" else self.hostname(),
             working_dir=self.task_env_config.workdir, host_config=host_config, detach=True, stdin_open=session))
         try:
             created = await asyncio.shield(creating)

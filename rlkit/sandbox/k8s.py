@@ -241,6 +241,7 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
         return spec.build_pod_manifest(spec.PodSpecInput(
             name=name, namespace=self.opts.namespace, image=self.image_ref(), labels=self.labels(),
             resources=self.resources(), env=self._startup_env(), workdir=self.task_env_config.workdir,
+            hostname=self.hostname(),
             pull_policy=self.opts.pull_policy,
             no_network=self.network_policy.network_mode == NetworkMode.NO_NETWORK,
             allowed_hosts=(tuple(self.network_policy.allowed_hosts)

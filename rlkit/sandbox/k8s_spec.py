@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rlkit.sandbox._exec_kill import KILL_TREE_BASH
-from rlkit.sandbox._identity import SANDBOX_HOSTNAME
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MAIN_CONTAINER = "main"
@@ -92,6 +91,7 @@ class PodSpecInput:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict, ...] = ()
     active_deadline_sec: int | None = None
+    hostname: str | None = None  # the pod's hostname (rlkit.sandbox._identity.sandbox_hostname); None: its name
 
 
 def build_pod_manifest(spec: PodSpecInput) -> dict:
@@ -121,8 +121,9 @@ def build_pod_manifest(spec: PodSpecInput) -> dict:
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "hostname": SANDBOX_HOSTNAME,  # as on docker: the agent's prompt is the same in every pod
     }
+    if spec.hostname:  # as on docker: one task's pods show the agent the same prompt
+        pod_spec["hostname"] = spec.hostname
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
     if spec.image_pull_secrets:

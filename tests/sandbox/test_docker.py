@@ -52,8 +52,11 @@ def test_lifecycle_labels_limits_and_exec(calc_task: Path, tmp_path: Path, docke
         assert result.return_code == 0
         assert result.stdout.split() == ["/app", "hello", "root", "/logs/agent", "/logs/artifacts",
                                          "/logs/verifier"]
-        # one hostname for every sandbox: the agent's shell prompt (root@sandbox:/app#) never differs
-        assert (await env.exec("hostname")).stdout.strip() == "sandbox"
+        # one hostname per task, of docker's form: the agent's shell prompt is the same in every trial
+        from rlkit.sandbox._identity import sandbox_hostname
+
+        host = (await env.exec("hostname")).stdout.strip()
+        assert host == sandbox_hostname(calc_task.name) and len(host) == 12 and int(host, 16) >= 0
         failing = await env.exec("echo oops >&2; exit 3", cwd="/tmp")
         assert (failing.return_code, failing.stderr, failing.stdout) == (3, "oops\n", None)
         as_nobody = await env.exec("id -un; pwd", user="nobody", cwd="/tmp")

@@ -40,7 +40,8 @@ def test_pod_manifest_full() -> None:
         resources=spec.PodResources(cpu_request=1, cpu_limit=1, memory_request_mb=256, memory_limit_mb=256),
         env={"B": "2", "A": "1"}, workdir="/app", pull_policy="Always", no_network=True,
         service_account="runner", image_pull_secrets=("regcred",), node_selector={"pool": "cpu"},
-        tolerations=({"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"},), active_deadline_sec=3600))
+        tolerations=({"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"},), active_deadline_sec=3600,
+        hostname="0123456789ab"))
     assert manifest["metadata"] == {"name": "rlkit-t-1", "namespace": "train",
                                     "labels": {"rlkit.managed": "1", "rlkit.project": "p", "rlkit.network": "none"}}
     pod = manifest["spec"]
@@ -53,10 +54,9 @@ def test_pod_manifest_full() -> None:
     }
     assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] == 0
     assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
-    assert pod["hostname"] == "sandbox"  # the same shell prompt in every pod
     assert pod["serviceAccountName"] == "runner" and pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["nodeSelector"] == {"pool": "cpu"} and pod["tolerations"][0]["key"] == "sandbox"
-    assert pod["activeDeadlineSeconds"] == 3600
+    assert pod["activeDeadlineSeconds"] == 3600 and pod["hostname"] == "0123456789ab"
 
 
 def test_pod_manifest_minimal_leaves_optional_fields_out() -> None:
