@@ -156,10 +156,34 @@ def end_episode_on_exhausted_budget(llm: Any) -> None:
     llm._handle_litellm_error = handle_exhausted_budget
 
 
+class InvalidAnswersError(RuntimeError):
+    """The policy's last answers did not parse as the scaffold's format: the episode ends."""
+
+
 class TerminusAgent(TokenRecordMixin, Terminus2):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    """Terminus-2, with two ends to an episode that can only go on wasting tokens: a spent session
+    budget (`end_episode_on_exhausted_budget`), and `max_invalid_answers` answers in a row that do
+    not parse as Terminus-2's JSON (None: never). Harbor answers an unparseable answer with the parse
+    error and asks again; a policy that went off track (a tiny one after one wrong token) then writes
+    unparseable answers until its token budget runs out, which was most of a step's tokens."""
+
+    MAX_INVALID_ANSWERS = 2
+
+    def __init__(self, *args: Any, rlkit_max_invalid_answers: int | None = MAX_INVALID_ANSWERS,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         end_episode_on_exhausted_budget(getattr(self, "_llm", None))
+        self._max_invalid = rlkit_max_invalid_answers
+        self._invalid_in_a_row = 0
+
+    async def _handle_llm_interaction(self, *args: Any, **kwargs: Any) -> Any:
+        result = await super()._handle_llm_interaction(*args, **kwargs)
+        feedback = result[2]
+        self._invalid_in_a_row = self._invalid_in_a_row + 1 if str(feedback).startswith("ERROR:") else 0
+        if self._max_invalid is not None and self._invalid_in_a_row >= self._max_invalid:
+            raise InvalidAnswersError(f"{self._invalid_in_a_row} answers in a row did not parse as Terminus-2 JSON "
+                                      f"(the last: {str(feedback)[:200]})")
+        return result
 
     def _after_token_record(self, context: AgentContext) -> None:
         # Terminus-2 fills the context during its run, so harbor never calls

@@ -40,3 +40,29 @@ def test_a_spent_budget_ends_the_episode_without_retries(tiny_model_dir: Path, t
             return int(proxy.core.stats["budget_exhausted"])
 
     assert asyncio.run(body()) == 1  # refused once, never asked again
+
+
+def test_answers_that_stop_parsing_end_the_episode(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A policy off track writes unparseable answers until its budget runs out; two in a row end it.
+    A valid answer between them resets the count."""
+    from harbor.llms.chat import Chat
+
+    from rlkit.scaffolds import ScaffoldRun, get_scaffold
+    from rlkit.scaffolds._agents import InvalidAnswersError, TerminusAgent
+
+    valid = '{"analysis": "a", "plan": "p", "commands": [], "task_complete": false}'
+    answers = ["not json at all", valid, "{broken", '{"analysis": "x", "plan"']
+
+    async def body() -> int:
+        async with proxy_on(tiny_model_dir, replies=answers) as (proxy, [fake]):
+            run = ScaffoldRun(session="junk", model="tiny", proxy_url=proxy.url)
+            scaffold = get_scaffold("terminus")
+            agent = TerminusAgent(logs_dir=tmp_path, model_name=scaffold.model_name(run), **scaffold.agent_kwargs(run))
+            chat = Chat(agent._llm)
+            for _ in range(3):  # junk (1), valid (0), junk (1)
+                await agent._handle_llm_interaction(chat, "go")
+            with pytest.raises(InvalidAnswersError, match="2 answers in a row"):
+                await agent._handle_llm_interaction(chat, "go")
+            return len(fake.requests)
+
+    assert asyncio.run(body()) == 4
