@@ -45,7 +45,12 @@ def print_table(results: dict) -> None:
     table.add_row("overall", "", "", *(cell(results["overall"][key]) for key in keys))
     from rlkit.config.display import styled_output
 
-    Console(file=styled_output()).print(table)
+    console = Console(file=styled_output())
+    console.print(table)
+    stderr = (results.get("stderr") or {}).get("pass@1")
+    if stderr is not None:
+        console.print(f"pass@1 {cell(results['overall'].get('pass@1'))} ± {stderr:.3f} (one standard error over "
+                      "the attempts, the tasks held fixed)", highlight=False)
 
 
 def main(argv: list[str]) -> int:

@@ -165,13 +165,19 @@ def results_summary(tallies: dict[str, TaskTally]) -> dict[str, Any]:
 
 def pass_at_k_report(tallies: dict[str, TaskTally], k: int) -> dict[str, Any]:
     """`rlkit eval`'s results (and the trainer's validation): per task n, c, pass@1 and
-    pass@k; overall, their means over the tasks."""
+    pass@k; overall, their means over the tasks; `stderr`, pass@1's standard error over the
+    attempts (the tasks held fixed: sqrt(sum of p(1-p)/n over tasks) / tasks)."""
+    import math
+
     from rlkit.rollout.passk import mean_pass_at, task_pass_at
 
     ks = sorted({1, k})
     per_task = {tid: task_pass_at((t.graded, t.passed), ks) for tid, t in tallies.items()}
+    graded = [t for t in tallies.values() if t.graded]
+    spread = sum((t.passed / t.graded) * (1 - t.passed / t.graded) / t.graded for t in graded)
     return {
         "k": k,
+        "stderr": {"pass@1": math.sqrt(spread) / len(graded) if graded else None},
         "overall": {f"pass@{n}": mean_pass_at(per_task, n) for n in ks},
         "tasks": {tid: {"n": t.graded, "c": t.passed, "attempts": t.attempts,
                         **{f"pass@{n}": per_task[tid][n] for n in ks}} for tid, t in tallies.items()},

@@ -47,8 +47,9 @@ class StepProgress:
 
     def validated(self, step: int, metrics: dict[str, Any], counts: dict[str, int]) -> None:
         """One line for a finished validation: what it measured, not how many attempts finished."""
-        pass1 = metrics.get("val/pass@1")
+        pass1, stderr = metrics.get("val/pass@1"), metrics.get("val/pass@1_stderr")
         shown = f"{pass1:.3f}" if isinstance(pass1, float) else "n/a"
+        shown += f" ± {stderr:.3f} (1 s.e.)" if isinstance(stderr, float) else ""
         self.note(f"step {step}: validation pass@1 {shown} ({trial_counts(counts, 'val attempts')})")
 
     def step_done(self, step: int, metrics: dict[str, Any], counts: dict[str, int] | None = None) -> None:

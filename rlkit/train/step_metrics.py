@@ -57,4 +57,5 @@ def val_metrics(report: Mapping[str, Any], sources: Mapping[str, str]) -> dict[s
         if graded:
             out[f"val-core/{source}/reward/mean@{k}"] = sum(c for _, c in pairs) / graded
     out.update({f"val/{name}": float(v) for name, v in report["overall"].items() if v is not None})
+    out.update({f"val/{name}_stderr": float(v) for name, v in (report.get("stderr") or {}).items() if v is not None})
     return out

@@ -46,6 +46,8 @@ def test_report_of_a_pass():
     assert report["tasks"]["a"] == {"n": 4, "c": 1, "attempts": 4, "pass@1": 0.25, "pass@4": 1.0}
     assert report["tasks"]["b"]["pass@4"] is None  # 3 graded attempts cannot give pass@4
     assert report["overall"] == {"pass@1": pytest.approx(0.625), "pass@4": 1.0}
+    # pass@1's standard error over the attempts: sqrt(0.25 * 0.75 / 4 + 1 * 0 / 3) / 2 tasks
+    assert report["stderr"]["pass@1"] == pytest.approx((0.25 * 0.75 / 4) ** 0.5 / 2)
 
 
 def test_pass1_and_its_intervals_over_groups_tasks_and_attempts():

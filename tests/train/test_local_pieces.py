@@ -122,7 +122,8 @@ def test_val_metrics_from_the_eval_report() -> None:
     tallies = {"t1": TaskTally(task_id="t1", attempts=3, graded=2, passed=1),
                "t2": TaskTally(task_id="t2", attempts=2, graded=2, passed=0)}
     m = val_metrics(pass_at_k_report(tallies, 2), {"t1": "rlkit", "t2": "rlkit"})
-    assert m == {"val-core/rlkit/reward/mean@2": 0.25, "val/pass@1": 0.25, "val/pass@2": 0.5}
+    assert m == {"val-core/rlkit/reward/mean@2": 0.25, "val/pass@1": 0.25, "val/pass@2": 0.5,
+                 "val/pass@1_stderr": pytest.approx((0.5 * 0.5 / 2) ** 0.5 / 2)}
 
 
 def test_lock_refuses_a_live_run_and_takes_over_a_dead_one(tmp_path: Path) -> None:
