@@ -56,8 +56,9 @@ VERIFIER_FAILURES: dict[str, str] = {}
 # Kill every process except PID 1, the keep-alive and this shell. Freeze first (SIGSTOP,
 # repeated until no new process shows up), then SIGKILL: a loop whose child is killed
 # first could otherwise start one more step (`sleep 1; echo 1 > reward.txt`). Then count
-# what still lives (zombies aside) until none does, and print it. Pure bash builtins, so
-# this shell starts no child of its own and runs no file the agent could have replaced.
+# what still lives (zombies aside) until none does, and print it. Pure bash builtins (its one
+# child is a fork of itself, for the empty pipe it waits on), so it runs no file the agent
+# could have replaced.
 # Under an init (docker --init, tini) the keep-alive is PID 1's oldest child, i.e. the
 # lowest PID whose parent is 1.
 _KILL_LEFTOVERS = r"""
@@ -73,7 +74,7 @@ case "$init_comm" in
            if [ "$value" = 1 ] && { [ -z "$keep" ] || [ "$pid" -lt "$keep" ]; }; then keep=$pid; fi
            break
          fi
-       done < "$dir/status" 2>/dev/null
+       done 2>/dev/null < "$dir/status"
      done ;;
 esac
 frozen=" "
@@ -87,25 +88,34 @@ for round in 1 2 3 4 5 6 7 8; do
   [ "$found" = 0 ] && break
 done
 for pid in $frozen; do kill -9 "$pid" 2>/dev/null; done
-round=0
+# SIGKILLed processes still read R until the scheduler runs them; on a loaded machine that takes
+# longer than a burst of rescans, so wait (bash's own read -t on an empty pipe: no external sleep)
+# up to 20 s for them to go.
+exec 9<> <(:)
+SECONDS=0
 while :; do
-  left=0
+  left=0 still=""
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     case " 1 $$ $keep " in *" $pid "*) continue ;; esac
     state=""
     while read -r key value; do
       if [ "$key" = "State:" ]; then state=${value%% *}; break; fi
-    done < "$dir/status" 2>/dev/null
+    done 2>/dev/null < "$dir/status"
     case "$state" in ""|Z|X) continue ;; esac
     left=$((left + 1)); kill -9 "$pid" 2>/dev/null
+    comm=""; read -r comm 2>/dev/null < "$dir/comm"
+    still="$still
+still $pid $state ${comm:-?}"
   done
-  round=$((round + 1))
-  { [ "$left" = 0 ] || [ "$round" -ge 200 ]; } && break
+  { [ "$left" = 0 ] || [ "$SECONDS" -ge 20 ]; } && break
+  read -r -t 0.05 -u 9 _ 2>/dev/null
 done
+[ -n "$still" ] && echo "$still"
 echo "left $left"
 """
 _LEFT = re.compile(r"^left (\d+)$", re.MULTILINE)
+_STILL = re.compile(r"^still (\d+) (\S+) (.*)$", re.MULTILINE)
 
 
 def _fresh_dirs_command(paths: EnvironmentPaths, tool: Any = str) -> str:
@@ -220,7 +230,9 @@ class GuardedVerifier(Verifier):
         stopped = await self._exec(_KILL_LEFTOVERS, profile, user="root")
         left = _LEFT.search(stopped.stdout or "")
         # Again once nothing of the agent runs: the upper layer keeps every change made meanwhile.
-        verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1)
+        still = ", ".join(f"{comm} (pid {pid}, state {state})"
+                          for pid, state, comm in _STILL.findall(stopped.stdout or "")[:5])
+        verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1, still=still)
         tool = profile.tool
         prepare = [_fresh_dirs_command(paths, tool), *_undo_commands(verdict.remove, verdict.rebuild_loader_cache,
                                                                       tool)]
@@ -294,7 +306,8 @@ class GuardedVerifier(Verifier):
             self.trial_paths.reward_text_path.unlink(missing_ok=True)
             self.trial_paths.reward_json_path.unlink(missing_ok=True)
 
-    async def _check_tampering(self, profile: Any, tests_dir: str, left: int, host_only: bool = False) -> Any:
+    async def _check_tampering(self, profile: Any, tests_dir: str, left: int, host_only: bool = False,
+                               still: str = "") -> Any:
         """Judge the sandbox against its image (None: `host_only` and the changes cannot be read on the host).
 
         Raises TamperSuspectError on any finding; the trial folder keeps the last judgement."""
@@ -309,7 +322,7 @@ class GuardedVerifier(Verifier):
         if left != 0:
             verdict.findings.append(tamper.Finding("/proc", "?", "processes_left",
                                                    f"{left if left > 0 else 'some'} agent processes could not "
-                                                   "be stopped"))
+                                                   f"be stopped{': ' + still if still else ''}"))
         record = tamper.report(snapshot.changes, verdict, snapshot.workdir, snapshot.source, profile.key)
         self.trial_paths.trial_dir.joinpath(CHANGES_FILE).write_text(json.dumps(record, indent=1) + "\n")
         if verdict.findings:

@@ -74,7 +74,7 @@ def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_t
 
 # Terminus-2's JSON protocol: a command, then task_complete (asked twice, answered twice).
 TERMINUS_ANSWER = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keystrokes": "ls /app\\\\n", '
-                   '"duration": 0.1\\}\\], "task_complete": true\\}')
+                   '"duration": 0\\.1\\}\\], "task_complete": true\\}')
 
 
 def test_terminus_trial_runs_to_completion(scaffold_stack: ProxyStack, task_image: str, tmp_path: Path) -> None:
