@@ -23,11 +23,11 @@ pytestmark = pytest.mark.docker
 
 def test_check(docker_ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     config = docker_ws.config()
-    report = rlkit.check(config, TRAIN_BSZ=4, MINI_BSZ=2, context=True)
+    report = rlkit.check(config, TRAIN_BSZ=2, MINI_BSZ=1, context=True)
     assert report.ok, report.render()
     assert {f.check for f in report.findings} >= {"backend", "batch", "run_in_flight", "gpu_ownership"}
-    assert report.resolved.layer("TRAIN_BSZ") is Layer.OVERRIDE and report.resolved.config.TRAIN_BSZ == 4
-    code, data = cli_json(capsys, "check", str(config), "--context", "--set", "TRAIN_BSZ=4", "--set", "MINI_BSZ=2")
+    assert report.resolved.layer("TRAIN_BSZ") is Layer.OVERRIDE and report.resolved.config.TRAIN_BSZ == 2
+    code, data = cli_json(capsys, "check", str(config), "--context", "--set", "TRAIN_BSZ=2", "--set", "MINI_BSZ=1")
     assert code == 0 and data == as_json(report)
     assert data["counts"]["fatal"] == 0 and data["values"]["MINI_BSZ"]["layer"] == "override"
 

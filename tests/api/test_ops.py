@@ -4,6 +4,9 @@ checkpoints the embedded trainer's own code saved, and each command's --json = t
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -17,9 +20,14 @@ from tests.validate.helpers import Workspace
 
 @pytest.mark.docker
 def test_cleanup(ws: Workspace, base_image: str, docker_api, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlkit.sandbox import labels as L
+
     project = f"api-{uuid.uuid4().hex[:8]}"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # orphans of this uid: their owner is gone
     ids = [docker_api.create_container(base_image, command=["sleep", "60"], labels={
-        "rlkit.managed": "1", "rlkit.project": project, "rlkit.experiment": "exp"})["Id"] for _ in range(2)]
+        L.MANAGED: "1", L.PROJECT: project, L.EXPERIMENT: "exp", L.OWNER_UID: str(os.getuid()),
+        L.OWNER_PID: str(dead.pid)})["Id"] for _ in range(2)]
     try:
         # by the run config's PROJECT_NAME, given as an override; processes and /tmp left alone
         config = ws.config()
