@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
 MODEL_CACHE = ROOT / ".rlkit" / "cache" / "models" / "tiny-qwen3-coder"
 TERMINUS_DONE = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keystrokes": "ls /app\\\\n", '
-                 '"duration": 0.1\\}\\], "task_complete": true\\}')
+                 '"duration": 0\\.1\\}\\], "task_complete": true\\}')
 
 
 def _rows(n_tasks: int, index: Path | None = None) -> list:

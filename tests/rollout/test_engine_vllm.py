@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
 
 # Terminus-2's JSON answer, forced: one command, then task_complete (it asks to confirm: two calls or more).
 TERMINUS_DONE = ('\\{"analysis": "look", "plan": "list", "commands": \\[\\{"keystrokes": "ls /app\\\\n", '
-                 '"duration": 0.1\\}\\], "task_complete": true\\}')
+                 '"duration": 0\\.1\\}\\], "task_complete": true\\}')
 TERMINUS_MORE = TERMINUS_DONE.replace("true", "false")
 TASKS = ["calc-power-unary", "merge-intervals", "word-frequency"]
 MISSING_IMAGE = f"rlkit-task/no-such-task-image-{uuid.uuid4().hex[:12]}:latest"  # nobody else builds this one
@@ -114,9 +114,11 @@ def test_one_step_writes_harbor_layout_and_masks_a_broken_sandbox(task_images, v
         assert trial.verifier_result is not None and trial.verifier_result.rewards == {"reward": 0.0}
         assert TrialConfig.model_validate_json((trial_dir / "config.json").read_text()).trial_name == record.session
         trajectory = Trajectory.model_validate_json((trial_dir / "agent" / "trajectory.json").read_text())
-        ids = [i for step in trajectory.steps for i in step.metrics.completion_token_ids]
+        # the agent's steps carry the tokens; the instruction opens the trajectory as a user step
+        agent_steps = [step for step in trajectory.steps if step.source == "agent"]
+        assert trajectory.steps[0].source == "user" and len(agent_steps) == record.num_turns
+        ids = [i for step in agent_steps for i in step.metrics.completion_token_ids]
         assert ids == [i for i, m in zip(segment.response_ids, segment.response_mask, strict=True) if m]
-        assert len(trajectory.steps) == record.num_turns
 
     summary = StepSummary.model_validate_json((step_dir / "summary.json").read_text())
     assert summary == result.summary
