@@ -7,8 +7,10 @@ does: verl repeats those steps, and step_<N>/ then holds only the trials that st
 
 Trials in flight when the run stops (Ctrl-C, SIGTERM, a failed step) leave their containers:
 the agent-loop workers that would have removed them are gone with Ray. The teardown removes
-the run's sandboxes (training and validation experiments) as the local trainer's does. After
-a kill -9 nothing runs here: `rlkit cleanup CFG` removes what the dead run left.
+the run's sandboxes (training and validation experiments) as the local trainer's does, and the
+vLLM servers its rollout actors started: a vLLM engine process outlives its API server when Ray
+kills the actor, so one whose owner is this launcher and still runs after Ray is stopped is
+stopped here. After a kill -9 nothing runs here: `rlkit cleanup CFG` removes what the dead run left.
 """
 
 from __future__ import annotations
@@ -29,6 +31,43 @@ def remove_sandboxes(project: str, experiments: tuple[str, ...], *, k8s: bool) -
             print(f"teardown: sandbox cleanup of {project}/{exp} failed: {exc}", flush=True)
 
 
+def stop_own_servers(project: str, experiments: tuple[str, ...]) -> None:
+    """Stop the vLLM and proxy processes of this run whose owner is this process (Ray is stopped by now)."""
+    import os
+
+    import psutil
+
+    from rlkit.config.owner import OWNER_PID_ENV
+    from rlkit.ops import procs
+
+    mine = {str(os.getpid()), os.environ.get(OWNER_PID_ENV)} - {None}
+    left = []
+    for exp in experiments:
+        for p in procs.scan([], project, exp):
+            if p.kind not in ("vllm", "proxy"):
+                continue
+            try:
+                owner = psutil.Process(p.pid).environ().get(OWNER_PID_ENV)
+            except psutil.Error:
+                continue
+            if owner in mine:
+                left.append(p)
+    if left:
+        stopped, errors = procs.stop(left)
+        print(f"teardown: stopped {len(stopped)} server process(es) the rollout left: "
+              f"{', '.join(f'{p.kind} {p.pid}' for p in stopped)}", flush=True)
+        for error in errors:
+            print(f"teardown: {error}", flush=True)
+
+
+def teardown(project: str, experiments: tuple[str, ...], *, k8s: bool) -> None:
+    try:
+        stop_own_servers(project, experiments)
+    except Exception as exc:  # noqa: BLE001 -- teardown goes on; `rlkit cleanup` can finish it
+        print(f"teardown: stopping the rollout's servers failed: {exc}", flush=True)
+    remove_sandboxes(project, experiments, k8s=k8s)
+
+
 def train_verl(resolved: ResolvedConfig) -> int:
     from rlkit.config.paths import RunPaths
     from rlkit.config.schema import Backend
@@ -44,5 +83,5 @@ def train_verl(resolved: ResolvedConfig) -> int:
         for trials in (paths.trials, paths.val_trials):
             for moved in set_aside_steps_after(trials, start):
                 print(f"set aside an interrupted step's trials: {moved}", flush=True)
-    return run(resolved, teardown=lambda: remove_sandboxes(paths.project, (paths.exp, paths.val_exp),
-                                                          k8s=c.BACKEND is Backend.K8S))
+    return run(resolved, teardown=lambda: teardown(paths.project, (paths.exp, paths.val_exp),
+                                                   k8s=c.BACKEND is Backend.K8S))

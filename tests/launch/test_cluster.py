@@ -119,7 +119,10 @@ def test_two_nodes_on_loopback_one_config(ws, tmp_path_factory) -> None:
         time.sleep(1)
         head = _node(ws, cfg, "127.0.0.2", ray_tmp)
         head_out, _ = head.communicate(timeout=420)
-        assert head.returncode == 0, head_out[-4000:]
+        if head.returncode != 0:  # say why the other node did not join, too
+            worker.kill()
+            worker_out, _ = worker.communicate(timeout=60)
+            pytest.fail(f"head:\n{head_out[-3000:]}\nworker:\n{worker_out[-3000:]}")
         assert "this node is rank 0, the Ray head" in head_out
         assert 'CLUSTER ["127.0.0.2", "127.0.0.3"]' in head_out
         worker_out, _ = worker.communicate(timeout=180)

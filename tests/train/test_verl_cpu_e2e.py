@@ -86,6 +86,13 @@ def _sandboxes(project: str, exp: str) -> list[str]:
     return [c["Id"] for c in docker_sandboxes(project, exp)]
 
 
+def _servers(project: str, exp: str) -> list[str]:
+    """This run's vLLM and proxy processes still running (a vLLM engine outlived its API server once)."""
+    from rlkit.ops import procs
+
+    return [p.describe() for p in procs.scan([], project, exp) if p.kind in ("vllm", "proxy")]
+
+
 def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_config) -> None:
     ws, config = run_config
     out = ws.root / "out"
@@ -106,6 +113,7 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
     assert first.wait(timeout=300) != 0
     assert not (logs / "verl-cpu.lock").exists()  # the launcher unwound: lock released
     assert _sandboxes("proj", "verl-cpu") == []  # trials in flight were removed with Ray
+    assert _servers("proj", "verl-cpu") == []  # and the rollout's vLLM, engine processes included
 
     assert _steps(console) == [1, 2]
     step1 = _metrics(console, 1)
@@ -124,6 +132,7 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
     # Run 2: the same command continues at step 3; steps 1 and 2 are not repeated.
     second = _start(ws, config, ws.root / "run2.out")
     assert second.wait(timeout=RUN_TIMEOUT_S) == 0, (ws.root / "run2.out").read_text()[-4000:]
+    assert _servers("proj", "verl-cpu") == []
     assert _steps(console) == [1, 2, 3]
     assert "Resuming from" in (ws.root / "run2.out").read_text()
     assert marker.read_text().strip() == "3"

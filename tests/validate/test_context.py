@@ -120,6 +120,6 @@ def test_check_context_on_this_machine_skips_nvml_and_imports_no_heavy_module(ct
     done = subprocess.run([sys.executable, "-c", code, str(config)], cwd=ROOT, capture_output=True, text=True,
                           env=env, check=False)
     assert "HEAVY []" in done.stdout, done.stdout + done.stderr
-    assert "run_in_flight: no run of exp in flight" in done.stdout
+    assert "run_in_flight: no run of exp in flight" in done.stdout, done.stdout
     line = next(x for x in done.stdout.splitlines() if "gpu_ownership" in x)
     assert line.strip().startswith("⚠ gpu_ownership: skipped:"), line
