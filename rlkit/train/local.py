@@ -144,28 +144,28 @@ def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
 
     from rlkit.train.ray_local import loopback_only, remove_session, session_dir
 
-    node_address = loopback_only()
-    before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
-    # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
-    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+    with loopback_only() as node_address:
+        before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
+        # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            try:
+                ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
+                         object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
+                         namespace=f"rlkit-{paths.project}-{paths.exp}", _node_ip_address=node_address)
+                break
+            except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
+                ray.shutdown()
+                if attempt == RAY_START_ATTEMPTS:
+                    raise
+                log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
+        session = session_dir()
         try:
-            ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
-                     object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
-                     namespace=f"rlkit-{paths.project}-{paths.exp}", _node_ip_address=node_address)
-            break
-        except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
+            me = psutil.Process()
+            children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
+            yield children
+        finally:
             ray.shutdown()
-            if attempt == RAY_START_ATTEMPTS:
-                raise
-            log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
-    session = session_dir()
-    try:
-        me = psutil.Process()
-        children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
-        yield children
-    finally:
-        ray.shutdown()
-        remove_session(session)
+            remove_session(session)
 
 
 def process_ids(pids: list[int]) -> list[list[float]]:

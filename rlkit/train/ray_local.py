@@ -15,19 +15,34 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 NODE_ADDRESS = "127.0.0.1"
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
-def loopback_only() -> str:
-    """Set up this process (and what it starts) for a Ray on loopback; returns the node address to use."""
-    os.environ[CLUSTER_SWITCH] = "0"
+@contextmanager
+def loopback_only() -> Iterator[str]:
+    """Set up this process (and what it starts meanwhile) for a Ray on loopback; yields the node address.
+
+    Both switches go back as they were on exit: a process that trains in-process (`rlkit.train`) and
+    then starts a multi-node Ray (`ray start` inherits the environment) would otherwise be refused
+    ("Multi-node Ray clusters are not supported")."""
     import ray._private.ray_constants as constants
 
+    previous, was = os.environ.get(CLUSTER_SWITCH), constants.ENABLE_RAY_CLUSTER
+    os.environ[CLUSTER_SWITCH] = "0"
     constants.ENABLE_RAY_CLUSTER = False  # read when ray.init resolves the node address
-    return NODE_ADDRESS
+    try:
+        yield NODE_ADDRESS
+    finally:
+        constants.ENABLE_RAY_CLUSTER = was
+        if previous is None:
+            os.environ.pop(CLUSTER_SWITCH, None)
+        else:
+            os.environ[CLUSTER_SWITCH] = previous
 
 
 def session_dir() -> Path | None:

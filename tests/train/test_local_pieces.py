@@ -215,3 +215,21 @@ def test_tracking_config_and_logs_never_carry_a_secret(tmp_path: Path) -> None:
     finally:
         logging.getLogger().removeHandler(handler)
     assert records == ["key is ****"]
+
+
+def test_the_loopback_switch_goes_back_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that trains in-process and then starts a multi-node Ray (`ray start` inherits the
+    environment) must not carry RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray refuses the worker's join."""
+    import ray._private.ray_constants as constants
+
+    from rlkit.train.ray_local import CLUSTER_SWITCH, loopback_only
+
+    monkeypatch.delenv(CLUSTER_SWITCH, raising=False)
+    was = constants.ENABLE_RAY_CLUSTER
+    with loopback_only() as address:
+        assert address == "127.0.0.1" and os.environ[CLUSTER_SWITCH] == "0" and constants.ENABLE_RAY_CLUSTER is False
+    assert CLUSTER_SWITCH not in os.environ and constants.ENABLE_RAY_CLUSTER == was
+    monkeypatch.setenv(CLUSTER_SWITCH, "1")
+    with loopback_only():
+        pass
+    assert os.environ[CLUSTER_SWITCH] == "1"
