@@ -236,7 +236,7 @@ class LocalTrainer:
             with contextlib.suppress(Exception):
                 self._counts = ray.get(rollout.progress.remote(), timeout=5)
                 self.progress.trials(self._counts, kind)
-            if done:
+            if done and not self.stop.requested:  # a signal that came while it finished still abandons it
                 return ray.get(ref)
 
     # ---- the run

