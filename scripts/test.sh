@@ -18,7 +18,11 @@ export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check rlkit tests bench
 .venv/bin/lint-imports  # floors: imports run downward (pyproject.toml [tool.importlinter])
 set +e
-.venv/bin/python -m pytest --durations=25 "${markers[@]}" "$@"
+# Two workers (RLKIT_TEST_WORKERS): most tests wait on docker, vLLM or a subprocess, so two share the
+# two cores well. Files stay whole on one worker (their fixtures start once); tests/conftest.py puts
+# the whole runs first.
+.venv/bin/python -m pytest -n "${RLKIT_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+  --durations=25 "${markers[@]}" "$@"
 rc=$?
 set -e
 [ $rc -eq 5 ] && { echo "no tests collected" >&2; exit 1; }

@@ -31,6 +31,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Whole runs first, the longest first, then everything else in file order. scripts/test.sh runs the
+    suite on two workers with `--dist loadfile --no-loadscope-reorder`, and xdist hands files out in
+    this order: the longest start at once and the short ones fill in, so both workers end together."""
+
+    def cost(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("whole_run")
+        return -float(mark.kwargs.get("seconds", 60)) if mark else 0.0
+
+    items.sort(key=cost)  # stable: the rest keep their order
+
+
 OWNER_KEYS = ("RLKIT_OWNER_PID", "RLKIT_OWNER_START", "RLKIT_OWNER_PROJECT", "RLKIT_OWNER_EXPERIMENT")
 
 

@@ -56,7 +56,17 @@ def build_tiny_model(out_dir: str | Path, *, template: str = "qwen3_coder", voca
     marker = out / "rlkit_tiny.json"
     if marker.exists() and json.loads(marker.read_text()) == want:
         return out
+    from filelock import FileLock
 
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(out.parent / f".{out.name}.lock"):  # two processes (test workers) never write it at once
+        if marker.exists() and json.loads(marker.read_text()) == want:
+            return out
+        return _build(out, marker, want, template, vocab_size, hidden, layers, max_context, seed)
+
+
+def _build(out: Path, marker: Path, want: dict, template: str, vocab_size: int, hidden: int, layers: int,
+           max_context: int, seed: int) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM

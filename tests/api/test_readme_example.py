@@ -18,7 +18,7 @@ import pytest
 from tests.api.conftest import EXAMPLES, REPO
 from tests.validate.helpers import free_port
 
-pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow, pytest.mark.whole_run(seconds=130)]
 
 TRAIN_TASKS = ["calc-power-unary", "merge-intervals"]
 VAL_TASKS = ["word-frequency"]

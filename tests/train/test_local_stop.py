@@ -24,7 +24,7 @@ import pytest
 from tests.train.test_local_e2e import REPO, TRAIN_TASKS, _containers, _env, _index, _wait_for, task_images
 from tests.validate.helpers import Workspace
 
-pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow, pytest.mark.whole_run(seconds=150)]
 __all__ = ["task_images"]  # the fixture, shared with the kill -9 end-to-end test
 RUN_TIMEOUT_S = 1500
 

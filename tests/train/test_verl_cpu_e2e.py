@@ -25,7 +25,7 @@ import pytest
 
 from tests.validate.helpers import Workspace
 
-pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow, pytest.mark.whole_run(seconds=300)]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
