@@ -93,7 +93,10 @@ class SafeStream(io.TextIOBase):
         return True
 
     def isatty(self) -> bool:
-        return self.stream.isatty()
+        try:
+            return self.stream.isatty()
+        except ValueError:  # the stream under it is closed (Ray's colorama asks at exit)
+            return False
 
     def fileno(self) -> int:
         return self.stream.fileno()

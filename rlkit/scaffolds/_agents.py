@@ -156,8 +156,16 @@ def end_episode_on_exhausted_budget(llm: Any) -> None:
     llm._handle_litellm_error = handle_exhausted_budget
 
 
-class InvalidAnswersError(RuntimeError):
-    """The policy's last answers did not parse as the scaffold's format: the episode ends."""
+# How Terminus-2 (harbor 0.25-0.26) re-asks after a reply cut at max_tokens: "NONE of the actions ... performed"
+TRUNCATED_PROMPT = "ERROR!! NONE of the actions you just requested were performed because you exceeded"
+
+
+class InvalidAnswersError(ContextLengthExceededError):
+    """The policy's last answers did not parse as the scaffold's format: the episode ends.
+
+    A ContextLengthExceededError only so that no retry repeats it: harbor's LiteLLM and Terminus-2's
+    `_query_llm` retry every other error (three times each, one new generation each). The trial
+    records it by its own name, graded as the agent's fault."""
 
 
 class TerminusAgent(TokenRecordMixin, Terminus2):
@@ -165,7 +173,8 @@ class TerminusAgent(TokenRecordMixin, Terminus2):
     budget (`end_episode_on_exhausted_budget`), and `max_invalid_answers` answers in a row that do
     not parse as Terminus-2's JSON (None: never). Harbor answers an unparseable answer with the parse
     error and asks again; a policy that went off track (a tiny one after one wrong token) then writes
-    unparseable answers until its token budget runs out, which was most of a step's tokens."""
+    unparseable answers until its token budget runs out, which was most of a step's tokens. An answer
+    cut at the call's max_tokens counts as unparseable: harbor re-asks for it until the context is full."""
 
     MAX_INVALID_ANSWERS = 2
 
@@ -175,6 +184,16 @@ class TerminusAgent(TokenRecordMixin, Terminus2):
         end_episode_on_exhausted_budget(getattr(self, "_llm", None))
         self._max_invalid = rlkit_max_invalid_answers
         self._invalid_in_a_row = 0
+
+    async def _query_llm(self, chat: Any, prompt: str, *args: Any, **kwargs: Any) -> Any:
+        # Terminus-2 answers a reply cut at the call's max_tokens by asking again, with no limit, until
+        # the context is full: a truncated answer counts as an invalid one (~40 calls a trial before).
+        if prompt.startswith(TRUNCATED_PROMPT):
+            self._invalid_in_a_row += 1
+            if self._max_invalid is not None and self._invalid_in_a_row >= self._max_invalid:
+                raise InvalidAnswersError(f"{self._invalid_in_a_row} answers in a row did not parse as Terminus-2 "
+                                          "JSON (the last ones were cut at the call's max_tokens)")
+        return await super()._query_llm(chat, prompt, *args, **kwargs)
 
     async def _handle_llm_interaction(self, *args: Any, **kwargs: Any) -> Any:
         result = await super()._handle_llm_interaction(*args, **kwargs)

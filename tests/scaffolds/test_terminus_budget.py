@@ -66,3 +66,25 @@ def test_answers_that_stop_parsing_end_the_episode(tiny_model_dir: Path, tmp_pat
             return len(fake.requests)
 
     assert asyncio.run(body()) == 4
+
+
+def test_answers_cut_at_max_tokens_end_the_episode(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """harbor's Terminus-2 answers a reply cut at the call's max_tokens ("NONE of the actions ... were
+    performed") by asking again, with no limit: with --max-call-tokens 48 a tiny policy's trial made ~40
+    calls and ran 70-120 s until the context was full. Two cut answers in a row now end it."""
+    from harbor.llms.chat import Chat
+
+    from rlkit.scaffolds import ScaffoldRun, get_scaffold
+    from rlkit.scaffolds._agents import InvalidAnswersError, TerminusAgent
+
+    async def body() -> int:
+        async with proxy_on(tiny_model_dir, replies=['{"analysis": "a long', '{"analysis": "longer'],
+                            finish_reason="length") as (proxy, [fake]):
+            run = ScaffoldRun(session="cut", model="tiny", proxy_url=proxy.url)
+            scaffold = get_scaffold("terminus")
+            agent = TerminusAgent(logs_dir=tmp_path, model_name=scaffold.model_name(run), **scaffold.agent_kwargs(run))
+            with pytest.raises(InvalidAnswersError, match="cut at the call's max_tokens"):
+                await agent._handle_llm_interaction(Chat(agent._llm), "go")
+            return len(fake.requests)
+
+    assert asyncio.run(body()) == 2
