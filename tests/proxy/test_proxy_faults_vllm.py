@@ -87,7 +87,7 @@ async def _generating(client: httpx.AsyncClient, sid: str, server: Any, settle_s
 
 def test_a_sigstopped_vllm_gives_clean_errors_within_the_bound(own_vllm: Any) -> None:
     async def body() -> None:
-        async with proxy_for(own_vllm, first_token_timeout_s=20, token_timeout_s=5) as (_proxy, client):
+        async with proxy_for(own_vllm, first_token_timeout_s=10, token_timeout_s=5) as (_proxy, client):
             # stopped mid-generation: the token timeout ends the call. A fast machine generates the
             # 4000 tokens in well under a second, so a stop that came too late (200) or too early
             # (before the first token) is retried closer to the start of the stream.
@@ -102,11 +102,13 @@ def test_a_sigstopped_vllm_gives_clean_errors_within_the_bound(own_vllm: Any) ->
             assert answer.status_code == 502, answers
             assert "token timeout" in answer.json()["error"]["message"], answers
             # stopped before the call: the first-token timeout ends it (streaming: as the last event)
+            # (both at once: each waits out the whole first-token timeout)
             with stopped(own_vllm):
-                plain = await client.post("/s/first/v1/chat/completions",
-                                          json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
-                streamed = await client.post("/s/first-a/v1/messages", json={
-                    "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True})
+                plain, streamed = await asyncio.gather(
+                    client.post("/s/first/v1/chat/completions",
+                                json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}),
+                    client.post("/s/first-a/v1/messages", json={
+                        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}))
             assert plain.status_code == 502 and "first-token timeout" in plain.json()["error"]["message"]
             assert '"type":"error"' in streamed.text.replace(" ", "") and "first-token timeout" in streamed.text
             for sid in (f"mid{attempt}", "first", "first-a"):

@@ -6,6 +6,7 @@ The real server is covered by the `vllm_server` fixture and tests/proxy/test_pro
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import sys
 import time
@@ -82,7 +83,7 @@ def test_start_wait_logs_and_stop_the_whole_group(tmp_path: Path, monkeypatch: p
             time.sleep(0.05)
         grandchild = int(pidfile.read_text())
         assert _alive(grandchild)
-        assert (tmp_path / "scratch" / f"exp1_{server.port}" / "cache").is_dir()
+        assert (tmp_path / "scratch" / f"exp1_{server.port}" / "tmp").is_dir()
     assert not server.healthy()
     for _ in range(100):  # signal delivery to the group is asynchronous
         if not _alive(grandchild):
@@ -113,3 +114,23 @@ def test_proxy_cli_rejects_bad_sampling_json(capsys: pytest.CaptureFixture[str])
     assert code == 2
     err = capsys.readouterr().err
     assert "✗ FATAL" in err and "--sampling" in err and "Traceback" not in err
+
+
+def test_every_server_shares_one_cache_and_keeps_its_own_scratch(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's content-keyed caches outlive a server: the next one skips its model inspection (8 s)."""
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    servers = [VllmServer(VllmServerConfig(model_path="/m", exp_name=name, port=port, scratch_dir=tmp_path / "scratch",
+                                           cache_dir=tmp_path / "cache"))
+               for name, port in (("a", 8101), ("b", 8102))]
+    envs = [server._env() for server in servers]
+    made = [folder for server in servers for folder in server.leftovers()]
+    assert {env["VLLM_CACHE_ROOT"] for env in envs} == {str(tmp_path / "cache")}
+    assert {env["TORCHINDUCTOR_CACHE_DIR"] for env in envs} == {str(tmp_path / "cache" / "inductor")}
+    assert envs[0]["TMPDIR"] != envs[1]["TMPDIR"]  # sockets and temp files stay the server's own
+    # a user's own vLLM cache is used as it is
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))
+    assert servers[0]._env()["VLLM_CACHE_ROOT"] == str(tmp_path / "mine")
+    for folder in [*made, *servers[0].leftovers()]:  # _env() made short TMPDIRs (tmp_path is long)
+        shutil.rmtree(folder, ignore_errors=True)

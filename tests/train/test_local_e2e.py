@@ -72,7 +72,7 @@ def run_config(tmp_path: Path, tiny_model_dir: Path, task_images: list[str]) -> 
     train = _index(tmp_path / "data" / "train.parquet", TRAIN_TASKS, "train", broken=broken_task(tmp_path))
     val = _index(tmp_path / "data" / "val.parquet", ["median-even-length"], "val")
     config = ws.config(TRAINER="local", TRAIN_FILES=train, VAL_FILES=val, TOTAL_STEPS=2, TRAINER_SAVE_FREQ=1,
-                       TRAINER_TEST_FREQ=2, MAX_PROMPT=4096, MAX_RESP=2048, MAX_SANDBOXES=2, EXP_NAME="e2e")
+                       TRAINER_TEST_FREQ=2, MAX_PROMPT=4096, MAX_RESP=256, MAX_SANDBOXES=2, EXP_NAME="e2e")
     return ws, config
 
 
@@ -123,9 +123,9 @@ def test_run_killed_mid_step_resumes_and_masks_a_broken_sandbox(run_config) -> N
         # killed during step 2, after global_step_1 was written
         _wait_for(lambda: (paths.checkpoints / "latest_checkpointed_iteration.txt").is_file()
                   and json.loads(paths.lock.read_text()).get("phase") == "rollout", RUN_TIMEOUT_S,
-                  "step 2's rollout", proc)
+                  "step 2's rollout", proc, poll_s=0.05)
         lock = json.loads(paths.lock.read_text())
-        _wait_for(lambda: bool(_containers("proj", "e2e")), 120, "a sandbox of step 2", proc)
+        _wait_for(lambda: bool(_containers("proj", "e2e")), 120, "a sandbox of step 2", proc, poll_s=0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
