@@ -11,13 +11,15 @@ phase lines is timed the same way:
   rl          from `rlkit train`'s first line: preflight, Ray, vLLM's boot, validation, the steps
     of which: boot (to the first validation or step), validate (step 0 and the last step), steps
 
-With --cold the clone gets empty uv / pip / rlkit caches (HOME's caches stay untouched; docker's
-images are shared with this machine, so the base image is not rebuilt: its build is measured by
-bench/setup_time.py). The floor printed beside it is the same clone's `bash scripts/setup.sh` re-run,
+With --cold the clone gets empty uv / pip / rlkit caches (HOME's caches stay untouched). With
+--empty-docker it also gets a docker daemon of its own with an empty data root (its own socket,
+exec root and bridge-less network; DOCKER_HOST points at it), so the base image (debootstrap) and
+every task image are built from nothing, as on a machine that never ran docker; the daemon and
+its data go afterwards. Without it, docker's images are shared with this machine. The floor printed beside it is the same clone's `bash scripts/setup.sh` re-run,
 which installs nothing (what a second quickstart pays before it trains). Prints a table and writes
 <out>/quickstart_time.json.
 
-    python bench/quickstart_time.py [--rev HEAD] [--cold] [--out DIR] [--keep]
+    python bench/quickstart_time.py [--rev HEAD] [--cold] [--empty-docker] [--out DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -85,10 +87,39 @@ def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
     return out
 
 
+def empty_docker(work: Path, env: dict[str, str]):
+    """Start a dockerd with nothing in it for the clone (DOCKER_HOST in `env`); returns its stop."""
+    import signal
+
+    from rlkit.sandbox.dockerd import ensure_dockerd
+
+    root = work / "docker"
+    root.mkdir(exist_ok=True)
+    sock, pidfile = root / "d.sock", root / "d.pid"
+    ensure_dockerd(120, root / "dockerd.log", socket_path=str(sock), extra_args=(
+        "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile", str(pidfile),
+        "--bridge=none", "--iptables=false", "--ip6tables=false"))
+    env["DOCKER_HOST"] = f"unix://{sock}"
+
+    def stop() -> None:
+        pid = int(pidfile.read_text())
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(600):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+        subprocess.run(["umount", "-R", str(root / "exec")], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+    return stop
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default="HEAD", help="the revision to clone (default HEAD)")
     parser.add_argument("--cold", action="store_true", help="empty uv / pip / rlkit caches for the clone")
+    parser.add_argument("--empty-docker", action="store_true",
+                        help="a docker daemon of the clone's own, with no images (needs root)")
     parser.add_argument("--out", type=Path, default=None, help="where the clone and logs go (default a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the clone (its venvs are several GB)")
     args = parser.parse_args(argv)
@@ -108,13 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cold:
         for name in ("UV_CACHE_DIR", "PIP_CACHE_DIR", "RLKIT_CACHE_DIR"):
             env[name] = str(work / "caches" / name.lower())
-    code, lines = run_stamped(["bash", "scripts/quickstart.sh"], clone, env, work / "quickstart.log")
+    daemon = empty_docker(work, env) if args.empty_docker else None
+    try:
+        code, lines = run_stamped(["bash", "scripts/quickstart.sh"], clone, env, work / "quickstart.log")
+    finally:
+        if daemon is not None:
+            daemon()
     times = phases(lines)
     total = lines[-1][0]
     floor_start = time.monotonic()
     subprocess.run(["bash", "scripts/setup.sh"], cwd=clone, env=env, capture_output=True, check=False)
     floor = time.monotonic() - floor_start
-    rows = [(f"# bash scripts/quickstart.sh from a fresh clone of {rev[:10]}{' (cold caches)' if args.cold else ''}:"
+    how = ", ".join([*(["cold caches"] if args.cold else []), *(["an empty docker"] if args.empty_docker else [])])
+    rows = [(f"# bash scripts/quickstart.sh from a fresh clone of {rev[:10]}{f' ({how})' if how else ''}:"
              f" exit {code}"), "", "| phase | seconds | share |", "|---|---|---|"]
     rows += [f"| {name} | {sec:.0f} | {sec / total:.0%} |" for name, sec in times.items()]
     rows += [(f"| **total** | **{total:.0f}** ({total / 60:.1f} min) | goal {GOAL_S / 60:.0f} min: "
@@ -124,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(rows)
     print(text)
     (work / "quickstart_time.json").write_text(json.dumps(
-        {"rev": rev, "cold": args.cold, "exit": code, "phases_s": times, "total_s": total, "floor_s": floor,
+        {"rev": rev, "cold": args.cold, "empty_docker": args.empty_docker, "exit": code, "phases_s": times, "total_s": total, "floor_s": floor,
          "printed": text}, indent=2))
     if not args.keep:
         shutil.rmtree(clone, ignore_errors=True)

@@ -68,6 +68,7 @@ def main() -> int:
     parser.add_argument("--index", type=Path, default=ROOT / ".rlkit" / "indexes" / "train.parquet",
                         help="with --policy: the index whose rows it runs (default the quickstart's train index)")
     parser.add_argument("--max-resp", type=int, default=2048, help="response tokens per trial (MAX_RESP)")
+    parser.add_argument("--vllm-args", default="", help="extra vLLM server flags, e.g. '--stream-interval 8'")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     logging.disable(logging.CRITICAL)  # harbor logs each trial's agent at ERROR
@@ -90,7 +91,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rlkit-bench-rollout-"))
     scratch = Path(tempfile.mkdtemp(prefix="rlkb-"))  # vLLM's unix sockets need a short path
     vllm = VllmServerConfig(model_path=str(model_dir), exp_name="bench", served_model_name="tiny",
-                            max_model_len=8192, log_dir=work / "logs", scratch_dir=scratch)
+                            max_model_len=8192, log_dir=work / "logs", scratch_dir=scratch,
+                            extra_args=args.vllm_args.split())
     lines = []
     with VllmServer(vllm) as server, BackgroundProxy(ProxyConfig(
             model_path=str(model_dir), upstreams=[server.base_url], port=0, served_model_name="tiny",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -54,11 +55,36 @@ def _signal_all(pids: list[int], sig: int) -> int:
     return sent
 
 
+def _state(pid: int) -> str:
+    """The process state letter from /proc (R, S, T, Z...), "" when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2:][:1]
+
+
+def _wait_stopped(pids: list[int], timeout_s: float = 1.0) -> None:
+    """kill() only queues SIGSTOP: a process that has not run since may still finish a fork."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(pids)
+    while waiting and time.monotonic() < deadline:
+        waiting = [p for p in waiting if _state(p) not in ("", "T", "t", "Z", "X")]
+        if waiting:
+            time.sleep(0.001)
+
+
 def kill_process_tree(pid: int) -> int:
     """SIGSTOP `pid` and its descendants, then SIGKILL them; returns how many were killed."""
-    stopped = process_tree(pid)
-    _signal_all(stopped, signal.SIGSTOP)  # parents first: none of them forks from here on
-    tree = process_tree(pid)  # again: a fork that was under way when its parent stopped is in now
+    stopped: list[int] = []
+    for _ in range(20):  # until a walk finds nobody new: every process of the tree is stopped
+        new = [p for p in process_tree(pid) if p not in stopped]
+        if not new:
+            break
+        _signal_all(new, signal.SIGSTOP)  # parents first
+        _wait_stopped(new)  # a fork under way when its parent was signalled lands in the next walk
+        stopped += new
+    tree = process_tree(pid)
     return _signal_all([*reversed(tree), *(p for p in stopped if p not in tree)], signal.SIGKILL)
 
 
