@@ -259,3 +259,20 @@ def test_verl_file_log_lines_are_appended_across_launches(tmp_path) -> None:
     source.write_text('{"step": 3}\n')  # the resumed launch starts the file over
     cluster.follow_jsonl(source, sink, Done(), poll_s=0)
     assert [json.loads(line)["step"] for line in sink.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_ray_stops_in_rays_own_order_raylet_first_gcs_last() -> None:
+    """Stopped all at once, the autoscaler's monitor outlived SIGTERM for 10+ s (the GCS was gone)."""
+    from types import SimpleNamespace
+
+    from rlkit.launch.cluster import ray_stop_order
+
+    def proc(*argv: str) -> SimpleNamespace:
+        return SimpleNamespace(info={"cmdline": list(argv)})
+
+    gcs = proc("/v/ray/core/src/ray/gcs/gcs_server", "--gcs_server_port=6379")
+    raylet = proc("/v/ray/core/src/ray/raylet/raylet", "--gcs-address=127.0.0.2:6379")
+    monitor = proc("python", "-u", "/v/ray/autoscaler/_private/monitor.py", "--gcs-address=127.0.0.2:6379")
+    dashboard = proc("python", "/v/ray/dashboard/dashboard.py", "--gcs-address=127.0.0.2:6379")
+    assert ray_stop_order([gcs, monitor, raylet, dashboard]) == [[raylet], [monitor, dashboard], [gcs]]
+    assert ray_stop_order([monitor]) == [[monitor]]
