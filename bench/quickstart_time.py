@@ -13,7 +13,7 @@ phase lines is timed the same way:
 
 With --cold the clone gets empty uv / pip / rlkit caches (HOME's caches stay untouched). With
 --empty-docker it also gets a docker daemon of its own with an empty data root (its own socket,
-exec root and bridge-less network; DOCKER_HOST points at it), so the base image (debootstrap) and
+exec root and bridge, no NAT; DOCKER_HOST points at it), so the base image (debootstrap) and
 every task image are built from nothing, as on a machine that never ran docker; the daemon and
 its data go afterwards. Without it, docker's images are shared with this machine. The floor printed beside it is the same clone's `bash scripts/setup.sh` re-run,
 which installs nothing (what a second quickstart pays before it trains). Prints a table and writes
@@ -96,9 +96,14 @@ def empty_docker(work: Path, env: dict[str, str]):
     root = work / "docker"
     root.mkdir(exist_ok=True)
     sock, pidfile = root / "d.sock", root / "d.pid"
+    # A bridge of its own: with --bridge=none dockerd deletes docker0, the machine's daemon's bridge.
+    bridge = f"rlkqs{os.getpid() % 100000}"
+    for ip_args in (["link", "add", bridge, "type", "bridge"], ["addr", "add", "172.31.254.1/24", "dev", bridge],
+                    ["link", "set", bridge, "up"]):
+        subprocess.run(["ip", *ip_args], check=True)
     ensure_dockerd(120, root / "dockerd.log", socket_path=str(sock), extra_args=(
         "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile", str(pidfile),
-        "--bridge=none", "--iptables=false", "--ip6tables=false"))
+        f"--bridge={bridge}", "--iptables=false", "--ip6tables=false", "--ip-masq=false"))
     env["DOCKER_HOST"] = f"unix://{sock}"
 
     def stop() -> None:
@@ -109,6 +114,7 @@ def empty_docker(work: Path, env: dict[str, str]):
                 break
             time.sleep(0.1)
         subprocess.run(["umount", "-R", str(root / "exec")], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
     return stop
