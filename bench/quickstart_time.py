@@ -15,9 +15,9 @@ With --cold the clone gets empty uv / pip / rlkit caches (HOME's caches stay unt
 --empty-docker it also gets a docker daemon of its own with an empty data root (its own socket,
 exec root and bridge, no NAT; DOCKER_HOST points at it), so the base image (debootstrap) and
 every task image are built from nothing, as on a machine that never ran docker; the daemon and
-its data go afterwards. Without it, docker's images are shared with this machine. The floor printed beside it is the same clone's `bash scripts/setup.sh` re-run,
-which installs nothing (what a second quickstart pays before it trains). Prints a table and writes
-<out>/quickstart_time.json.
+its data go afterwards. Without it, docker's images are shared with this machine. The floor
+printed beside it is the same clone's `bash scripts/setup.sh` re-run, which installs nothing (what
+a second quickstart pays before it trains). Prints a table and writes <out>/quickstart_time.json.
 
     python bench/quickstart_time.py [--rev HEAD] [--cold] [--empty-docker] [--out DIR] [--keep]
 """
@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(rows)
     print(text)
     (work / "quickstart_time.json").write_text(json.dumps(
-        {"rev": rev, "cold": args.cold, "empty_docker": args.empty_docker, "exit": code, "phases_s": times, "total_s": total, "floor_s": floor,
-         "printed": text}, indent=2))
+        {"rev": rev, "cold": args.cold, "empty_docker": args.empty_docker, "exit": code, "phases_s": times,
+         "total_s": total, "floor_s": floor, "printed": text}, indent=2))
     if not args.keep:
         shutil.rmtree(clone, ignore_errors=True)
     return 0 if code == 0 else 1

@@ -264,11 +264,8 @@ def ray_stop_order(procs: list) -> list[list]:
     processes that still talk to the GCS (the autoscaler's monitor) outlived SIGTERM for 10+ s
     and were killed at the end of the grace; in this order each stage ends within ~2 s."""
 
-    def cmd(proc) -> str:
-        try:
-            return " ".join(proc.info.get("cmdline") or []) if hasattr(proc, "info") else " ".join(proc.cmdline())
-        except Exception:  # noqa: BLE001 -- a process that vanished goes last
-            return ""
+    def cmd(proc) -> str:  # ray_processes read each command line once (psutil's `info`)
+        return " ".join(proc.info.get("cmdline") or [])
 
     raylets = [p for p in procs if "/raylet/raylet" in cmd(p) or "plasma_store" in cmd(p)]
     gcs = [p for p in procs if "/gcs/gcs_server" in cmd(p) and p not in raylets]

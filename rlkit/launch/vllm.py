@@ -167,9 +167,8 @@ class VllmServer:
         return [self.scratch, *([self._short_tmp] if self._short_tmp else [])]
 
     def _env(self) -> dict[str, str]:
-        scratch = self.scratch
-        (scratch / "tmp").mkdir(parents=True, exist_ok=True)
-        tmp = scratch / "tmp"
+        tmp = self.scratch / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         if len(str(tmp)) > _MAX_TMPDIR_CHARS:  # vLLM's zmq sockets live here: a unix socket path is <= 107 bytes
             self._short_tmp = tmp = Path(tempfile.mkdtemp(prefix="rlkit-vllm-"))
         from rlkit.config.owner import owner_env
@@ -177,9 +176,9 @@ class VllmServer:
         env = dict(os.environ, **owner_env())  # cleanup traces an orphaned server back to its dead owner
         # Shared, content-keyed caches: a fresh server skips vLLM's model inspection (a subprocess
         # that imports torch and vLLM again: 24 -> 16 s to ready for the tiny model on 2 cores).
-        cache = Path(os.environ.get("VLLM_CACHE_ROOT") or self.config.cache_dir)
+        cache = Path(env.get("VLLM_CACHE_ROOT") or self.config.cache_dir)  # a user's own is kept
         cache.mkdir(parents=True, exist_ok=True)
-        env.setdefault("VLLM_CACHE_ROOT", str(cache))
+        env["VLLM_CACHE_ROOT"] = str(cache)
         env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
         env.update({"TMPDIR": str(tmp), "VLLM_TARGET_DEVICE": "cpu", "PYTHONUNBUFFERED": "1",
                     # the worker runs inside the engine-core process: one Python start fewer (29 -> 23 s)
