@@ -73,6 +73,14 @@ def out_dir(settings: PassSettings, index: Path, command: str) -> Path:
     return (Path(settings.out) if settings.out else Path(command) / index.stem).absolute()
 
 
+def speaks_anthropic(scaffold: str | None) -> bool:
+    """Does the scaffold call the proxy's Anthropic API (the proxy then imports its adapter at start)?"""
+    from rlkit.config.schema import AgentApi
+    from rlkit.scaffolds import get_scaffold
+
+    return get_scaffold(scaffold or "terminus").api_format is AgentApi.ANTHROPIC
+
+
 @contextlib.contextmanager
 def inference_for(model_path: str | None, s: PassSettings, log_dir: Path, exp_name: str) -> Iterator[Any]:
     """vLLM + proxy for a model (nothing for the oracle / nop agents), torn down on exit."""
@@ -85,7 +93,8 @@ def inference_for(model_path: str | None, s: PassSettings, log_dir: Path, exp_na
 
         config = ProxyConfig(model_path=model_path, upstreams=[s.upstream], port=0,
                              served_model_name=s.served_model_name, tool_call_parser=s.tool_call_parser,
-                             max_model_len=s.max_model_len, max_response_tokens=s.max_call_tokens)
+                             max_model_len=s.max_model_len, max_response_tokens=s.max_call_tokens,
+                             warm_anthropic=speaks_anthropic(s.scaffold))
         with BackgroundProxy(config) as proxy:
             yield SimpleNamespace(proxy_url=proxy.url, model_name=s.served_model_name or model_path,
                                   vllm_url=s.upstream)
@@ -96,7 +105,7 @@ def inference_for(model_path: str | None, s: PassSettings, log_dir: Path, exp_na
     config = InferenceConfig(model_path=model_path, tool_call_parser=s.tool_call_parser, max_model_len=window,
                              max_response_tokens=s.max_call_tokens, exp_name=exp_name,
                              log_dir=log_dir, served_model_name=s.served_model_name or "policy",
-                             seed=s.seed or 0)
+                             seed=s.seed or 0, warm_anthropic=speaks_anthropic(s.scaffold))
     with inference(config) as stack:
         yield stack
 

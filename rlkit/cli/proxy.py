@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="end a call when vLLM sends no next token within S seconds (default %(default)s)")
     s.add_argument("--strict-parser-check", action="store_true",
                    help="refuse to start when the parser cannot read the chat template's tool calls")
+    s.add_argument("--no-anthropic-warm-up", dest="warm_anthropic", action="store_false",
+                   help="import the Anthropic adapter (litellm, seconds) at the first Anthropic request, "
+                        "not at start: for scaffolds that speak the OpenAI API")
     s.add_argument("--sampling", default="{}", help='default sampling params as JSON, e.g. \'{"temperature": 1}\'')
     c = sub.add_parser("check-parser", help="does TOOL_CALL_PARSER read the chat template's own tool calls?")
     c.add_argument("--model-path", required=True)
@@ -78,7 +81,8 @@ def main(argv: list[str]) -> int:
                          max_calls_per_session=args.max_calls_per_session,
                          max_response_tokens_per_session=args.max_response_tokens_per_session,
                          first_token_timeout_s=args.first_token_timeout, token_timeout_s=args.token_timeout,
-                         default_sampling=sampling, strict_parser_check=args.strict_parser_check)
+                         default_sampling=sampling, strict_parser_check=args.strict_parser_check,
+                         warm_anthropic=args.warm_anthropic)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         asyncio.run(serve_forever(config), loop_factory=ProxyEventLoop)

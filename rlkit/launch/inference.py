@@ -85,6 +85,7 @@ class InferenceConfig(BaseModel):
     max_response_tokens: int | None = None  # cap per call
     max_response_tokens_per_session: int | None = None  # MAX_RESP
     default_sampling: dict[str, Any] = Field(default_factory=dict)
+    warm_anthropic: bool = True  # the proxy imports the Anthropic adapter at start (AGENT_API=anthropic)
     # After an in-place reload, a probe further than this (nats) from the trainer's logprobs
     # counts as a failed reload and the server restarts on the new weights (None: never).
     max_probe_diff: float | None = 0.1
@@ -93,6 +94,7 @@ class InferenceConfig(BaseModel):
     def from_run_config(cls, cfg: RunConfig, *, root: Path | None = None, **overrides: Any) -> InferenceConfig:
         """Values from a resolved run config; relative paths resolve against `root` (default: cwd)."""
         from rlkit.config.resolve import resolve_path
+        from rlkit.config.schema import AgentApi
 
         base = Path.cwd() if root is None else root
         model_path = resolve_path(cfg.MODEL_PATH, base)
@@ -104,6 +106,7 @@ class InferenceConfig(BaseModel):
             "max_model_len": min(window, model_window) if model_window else window,
             "tool_call_parser": str(getattr(cfg.TOOL_CALL_PARSER, "value", cfg.TOOL_CALL_PARSER)),
             "proxy_port": cfg.PROXY_PORT, "max_response_tokens_per_session": cfg.MAX_RESP, "seed": cfg.SEED,
+            "warm_anthropic": cfg.AGENT_API is AgentApi.ANTHROPIC,
         }
         return cls(**{**values, **overrides})
 
@@ -181,7 +184,7 @@ class Inference:
                            max_model_len=c.max_model_len, max_response_tokens=c.max_response_tokens,
                            max_calls_per_session=c.max_calls_per_session,
                            max_response_tokens_per_session=c.max_response_tokens_per_session,
-                           default_sampling=c.default_sampling)
+                           default_sampling=c.default_sampling, warm_anthropic=c.warm_anthropic)
 
     def start(self) -> Inference:
         self._boot_vllm(self.config.model_path, self.config.vllm_port)

@@ -48,6 +48,8 @@ def serve_command(config: ProxyConfig, python: str = sys.executable) -> list[str
         cmd += ["--sampling", json.dumps(config.default_sampling)]
     if config.strict_parser_check:
         cmd.append("--strict-parser-check")
+    if not config.warm_anthropic:
+        cmd.append("--no-anthropic-warm-up")
     return cmd
 
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from rlkit.config.schema import (
+    AgentApi,
     Algorithm,
     LossAggMode,
     RunConfig,
@@ -190,7 +191,8 @@ def agent_loop_settings(c: RunConfig, *, trials_root: Path, proxy_host: str) -> 
                    "trials_root": str(trials_root), "max_response_tokens": c.MAX_RESP,
                    "tamper_policy": c.TAMPER_POLICY.value},
         "proxy": {"host": proxy_host, "tool_call_parser": c.TOOL_CALL_PARSER.value,
-                  "max_model_len": c.MAX_PROMPT + c.MAX_RESP, "max_response_tokens_per_session": c.MAX_RESP},
+                  "max_model_len": c.MAX_PROMPT + c.MAX_RESP, "max_response_tokens_per_session": c.MAX_RESP,
+                  "warm_anthropic": c.AGENT_API is AgentApi.ANTHROPIC},
     }
 
 

@@ -69,6 +69,9 @@ class ProxyConfig(BaseModel):
     strict_parser_check: bool = False
     # Streaming answers send a keep-alive (SSE comment / Anthropic ping) this often while generating.
     stream_keepalive_s: float = 10.0
+    # Import litellm's Anthropic adapter at start (3-4 s of CPU), so the first Anthropic request is not
+    # slow; launchers set it from AGENT_API. False: the first Anthropic request imports it.
+    warm_anthropic: bool = True
 
     @field_validator("max_calls_per_session", "max_response_tokens_per_session", mode="before")
     @classmethod

@@ -320,7 +320,8 @@ class ProxyServer:
         loop = asyncio.get_running_loop()
         if self._core is None:  # off the loop: tokenizer + verl imports would stall other tasks
             self._core = await loop.run_in_executor(None, ProxyCore, self.config)
-        await loop.run_in_executor(None, anthropic.warm_up)
+        if self.config.warm_anthropic:
+            await loop.run_in_executor(None, anthropic.warm_up)
         await self.core.start()
         self._http = HttpServer(ProxyApp(self.core).build())
         try:

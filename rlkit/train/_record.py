@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from rlkit.config.schema import AgentApi
 from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
 
 SERVED_NAME = "policy"
@@ -63,7 +64,8 @@ def run_scaffold_trials(task_dirs: list[Path], model_dir: Path, upstream: str, t
     adapter = get_scaffold(scaffold)
     config = ProxyConfig(model_path=str(model_dir), upstreams=[upstream], port=0, served_model_name=SERVED_NAME,
                          max_model_len=max_model_len, max_response_tokens=max_response_tokens,
-                         max_response_tokens_per_session=max_model_len // 2)
+                         max_response_tokens_per_session=max_model_len // 2,
+                         warm_anthropic=adapter.api_format is AgentApi.ANTHROPIC)
     with BackgroundProxy(config) as proxy:
         specs = []
         for task_dir in task_dirs:

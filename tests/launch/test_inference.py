@@ -64,6 +64,23 @@ def test_proxy_command_is_what_rlkit_proxy_serve_reads() -> None:
             args.max_response_tokens, args.sampling) == (5000, 7, 900, 64, '{"temperature": 0.5}')
 
 
+def test_the_proxy_imports_the_anthropic_adapter_at_start_only_for_an_anthropic_scaffold(tmp_path: Path) -> None:
+    """litellm's import is 3-4 s of CPU in every proxy start; only AGENT_API=anthropic (Claude Code) needs it."""
+    from rlkit.config.schema import AgentApi
+    from rlkit.launch.verl_overrides import agent_loop_settings
+
+    model = tmp_path / "m"
+    model.mkdir()
+    for api, warm in ((AgentApi.OPENAI, False), (AgentApi.ANTHROPIC, True)):
+        cfg = RunConfig(MODEL_PATH="m", EXP_NAME="e", OUTPUT_DIR="out", AGENT_API=api)
+        ic = InferenceConfig.from_run_config(cfg, root=tmp_path)
+        assert ic.warm_anthropic is warm
+        config = Inference(ic)._proxy_config("http://127.0.0.1:1")
+        assert config.warm_anthropic is warm
+        assert proxy_cli().parse_args(serve_command(config)[4:]).warm_anthropic is warm
+        assert agent_loop_settings(cfg, trials_root=tmp_path, proxy_host="127.0.0.1")["proxy"]["warm_anthropic"] is warm
+
+
 def test_vllm_runs_in_dev_mode_and_new_weights_keep_the_tokenizer(tmp_path: Path) -> None:
     inf = Inference(_config(tmp_path, vllm_extra_args=["--seed", "1"]))
     first = inf.vllm_config(inf.config.model_path, None)

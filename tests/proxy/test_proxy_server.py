@@ -36,7 +36,7 @@ async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstrea
                    parser: str = "qwen3_coder", max_model_len: int = 8192,
                    finish_reason: str = "stop", served_len: int | None = None, delay_s: float = 0.0,
                    status: int = 200, keepalive_s: float = 10.0,
-                   text: Any = None) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
+                   text: Any = None, warm_anthropic: bool = True) -> AsyncIterator[tuple[ProxyServer, list[FakeVllm]]]:
     """A proxy on a free port in front of scripted upstreams that answer `replies` in turn (+ end-of-turn)."""
     from transformers import AutoTokenizer
 
@@ -55,7 +55,7 @@ async def proxy_on(model_dir: Path, replies: list[str] | None = None, *, upstrea
             await stack.enter_async_context(fake.running())
         config = ProxyConfig(model_path=str(model_dir), upstreams=[f.base_url for f in fakes], port=0,
                              served_model_name="tiny", tool_call_parser=parser, max_model_len=max_model_len,
-                             stream_keepalive_s=keepalive_s)
+                             stream_keepalive_s=keepalive_s, warm_anthropic=warm_anthropic)
         async with ProxyServer(config) as proxy:
             yield proxy, fakes
 
@@ -123,6 +123,26 @@ def test_openai_streaming_format(tiny_model_dir: Path) -> None:
         assert finishes == ["tool_calls"]
         assert chunks[-1]["usage"]["completion_tokens"] > 0
     run(body())
+
+
+def test_the_anthropic_adapter_is_imported_at_start_or_at_the_first_anthropic_request(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.proxy import anthropic
+
+    warmed: list[bool] = []
+    monkeypatch.setattr(anthropic, "warm_up", lambda: warmed.append(True))
+
+    async def body(warm: bool) -> None:
+        async with proxy_on(tiny_model_dir, ["hi"], warm_anthropic=warm) as (proxy, _):
+            assert warmed == ([True] if warm else [])
+            async with httpx.AsyncClient(base_url=proxy.anthropic_base_url("cc")) as client:
+                answer = await client.post("/v1/messages", json={"model": "m", "max_tokens": 16,
+                                                                 "messages": [{"role": "user", "content": "x"}]})
+            assert answer.status_code == 200 and answer.json()["content"][0]["text"] == "hi"
+        warmed.clear()
+
+    run(body(False))
+    run(body(True))
 
 
 def test_anthropic_messages_tool_use_and_streaming(tiny_model_dir: Path) -> None:
