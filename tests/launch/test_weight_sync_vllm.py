@@ -1,5 +1,7 @@
 """Weight sync against the real vLLM: the trainer's new weights go live and the server's logprobs
-move to the trainer's own (HF transformers, float32 on the CPU); a failing reload restarts."""
+move to the trainer's own (HF transformers, float32 on the CPU); a failing reload restarts.
+
+A sync talks to vLLM alone, so only the restart test, whose proxy must follow the new server, starts one."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def _greedy(vllm_url: str, max_tokens: int) -> dict[str, Any]:
 def test_weight_sync_changes_the_servers_logprobs_toward_the_trainers(
         tiny_model_dir: Path, tmp_path: Path, updated_policy: Policy) -> None:
     probe = LogprobProbe(PROMPT, TARGET, updated_policy.new_logprobs)
-    with inference(tiny_config(tiny_model_dir, tmp_path)) as inf:
+    with inference(tiny_config(tiny_model_dir, tmp_path, with_proxy=False)) as inf:
         served = inf.probe_logprobs(PROMPT, TARGET)
         assert logprob_diff(served, updated_policy.old_logprobs)[0] < 1e-3  # same weights, same numbers
         before = logprob_diff(served, updated_policy.new_logprobs)
@@ -130,7 +132,7 @@ def test_tied_embeddings_reload_in_place_without_a_stale_output_layer(tiny_model
     first, updated, model = _tied_policy(tiny_model_dir, tmp_path)
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     probe = LogprobProbe(PROMPT, TARGET, hf_logprobs(model, PROMPT, TARGET))
-    with inference(tiny_config(first, tmp_path)) as inf:
+    with inference(tiny_config(first, tmp_path, with_proxy=False)) as inf:
         # vLLM's own reload leaves the CPU output layer packed from the old embedding.
         post_json(f"{inf.vllm_url}/collective_rpc", {"method": "reload_weights",
                                                      "kwargs": {"weights_path": str(updated)}})
@@ -166,7 +168,7 @@ def test_a_no_op_update_serves_the_policy_exactly_as_first_served(tiny_model_dir
                           threads=1)
     prompt, target = fixed_probe_tokens(int(worker.updater.model.config.vocab_size))
     records = _group(PROMPT[:64], [TARGET, list(range(700, 740))])
-    with inference(tiny_config(tiny_model_dir, tmp_path)) as inf:
+    with inference(tiny_config(tiny_model_dir, tmp_path, with_proxy=False)) as inf:
         first = inf.probe_logprobs(prompt, target)
         worker.update(records)
         saved = worker.save_hf(str(tmp_path / "w0"))
