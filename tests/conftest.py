@@ -33,8 +33,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Whole runs first, the longest first, then everything else in file order. scripts/test.sh runs the
-    suite on two workers with `--dist loadfile --no-loadscope-reorder`, and xdist hands files out in
-    this order: the longest start at once and the short ones fill in, so both workers end together."""
+    suite on three workers with `--dist loadfile --no-loadscope-reorder`, and xdist hands files out in
+    this order: the longest start at once and the short ones fill in, so the workers end together."""
 
     def cost(item: pytest.Item) -> float:
         mark = item.get_closest_marker("whole_run")
