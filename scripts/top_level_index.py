@@ -20,10 +20,10 @@ Usage: <venv>/bin/python scripts/top_level_index.py [--path DIR ...]
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as metadata
 import os
 import sys
 from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
 
 
@@ -44,7 +44,7 @@ def index(dist: metadata.Distribution) -> Path | None:
     root = getattr(dist, "_path", None)  # PathDistribution: the .dist-info folder
     if not isinstance(root, Path) or not root.name.endswith(".dist-info") or not (root / "RECORD").is_file():
         return None
-    names = sorted(n for n in metadata._top_level_inferred(dist) if n)  # noqa: SLF001 -- Python's own inference
+    names = sorted(n for n in metadata._top_level_inferred(dist) if n)
     if not names or any(len(n.split()) != 1 for n in names):
         return None  # nothing to declare, or a name that the file's whitespace split would break
     record = (root / "RECORD").read_bytes()
@@ -62,7 +62,7 @@ def mapping(dists: Iterable[metadata.Distribution]) -> dict[str, list[str]]:
     """What `packages_distributions()` returns for these distributions (its own two rules), order aside."""
     out: dict[str, list[str]] = {}
     for dist in dists:
-        for name in metadata._top_level_declared(dist) or metadata._top_level_inferred(dist):  # noqa: SLF001
+        for name in metadata._top_level_declared(dist) or metadata._top_level_inferred(dist):
             out.setdefault(name, []).append(dist.metadata["Name"])
     return {k: sorted(v) for k, v in out.items()}
 
