@@ -259,13 +259,15 @@ def ray_processes(head: str, port: int, node_address: str | None = None) -> list
     return out
 
 
-def ray_stop_order(procs: list) -> list[list]:
+def _info_cmdline(proc) -> str:  # ray_processes read each command line once (psutil's `info`)
+    return " ".join(proc.info.get("cmdline") or [])
+
+
+def ray_stop_order(procs: list, cmd: Callable[[object], str] = _info_cmdline) -> list[list]:
     """Ray's own order (`ray stop`): the raylet first, the GCS last. Stopped all at once, the
     processes that still talk to the GCS (the autoscaler's monitor) outlived SIGTERM for 10+ s
-    and were killed at the end of the grace; in this order each stage ends within ~2 s."""
-
-    def cmd(proc) -> str:  # ray_processes read each command line once (psutil's `info`)
-        return " ".join(proc.info.get("cmdline") or [])
+    and were killed at the end of the grace; in this order each stage ends within ~2 s.
+    `cmd` gives a process's command line; anything not Ray's goes with the middle stage."""
 
     raylets = [p for p in procs if "/raylet/raylet" in cmd(p) or "plasma_store" in cmd(p)]
     gcs = [p for p in procs if "/gcs/gcs_server" in cmd(p) and p not in raylets]

@@ -149,8 +149,12 @@ def _judge(proc, kind: str, cmd: str, start: float, protected: set[int], stale: 
 
 
 def stop(procs: list[Proc]) -> tuple[list[Proc], list[str]]:
-    """SIGTERM, then SIGKILL after TERM_GRACE_S; only the same processes (pid and start time)."""
+    """SIGTERM, then SIGKILL after TERM_GRACE_S; only the same processes (pid and start time).
+    A dead run's Ray goes in Ray's own order (raylet first, GCS last): all at once, its monitor
+    outlived SIGTERM and held every cleanup for the whole grace."""
     import psutil
+
+    from rlkit.launch.cluster import ray_stop_order
 
     targets, errors = [], []
     for p in procs:
@@ -160,7 +164,8 @@ def stop(procs: list[Proc]) -> tuple[list[Proc], list[str]]:
                 targets.append((p, live))
         except psutil.Error:
             continue
-    errors += O.stop_processes([live for _, live in targets], TERM_GRACE_S)
+    for stage in ray_stop_order(targets, cmd=lambda target: target[0].cmd):
+        errors += O.stop_processes([live for _, live in stage], TERM_GRACE_S)
     return [p for p, _ in targets], errors
 
 
