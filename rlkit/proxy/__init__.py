@@ -3,7 +3,7 @@
 Agents talk OpenAI Chat Completions or Anthropic Messages to the proxy; the proxy
 renders the chat template itself, calls vLLM's /v1/completions with token ids, parses
 tool calls with verl's parser, and records per session the exact ids and logprobs.
-See rlkit/proxy/server.py for the session URL scheme.
+See rlkit/proxy/app.py for the session URL scheme.
 
 Names are imported lazily so `import rlkit.proxy` stays cheap.
 """
