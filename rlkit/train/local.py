@@ -24,20 +24,18 @@ import logging
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkit.config.paths import RunPaths
 from rlkit.train.progress import StepProgress
+from rlkit.train.ray_local import RAY_CPUS, local_ray
+from rlkit.train.resume import latest_step, set_aside_stale_steps
 
 if TYPE_CHECKING:
     from rlkit.config.resolve import ResolvedConfig
     from rlkit.config.schema import RunConfig
 
 log = logging.getLogger(__name__)
-RAY_OBJECT_STORE_BYTES = 100 * 2**20
-RAY_CPUS = 2
-RAY_START_ATTEMPTS = 3
 
 
 def total_steps(cfg: RunConfig, n_rows: int) -> int:
@@ -73,45 +71,11 @@ def secrets_masked_in_logs(resolved: ResolvedConfig) -> Iterator[None]:
             handler.removeFilter(secret_filter)
 
 
-def latest_step(checkpoints: Path) -> int:
-    """verl's `latest_checkpointed_iteration.txt` (0 when there is none)."""
-    marker = checkpoints / "latest_checkpointed_iteration.txt"
-    from rlkit.config.files import FileReadError, read_int
-
-    try:
-        return read_int(marker)
-    except FileReadError:
-        return 0
-
-
-def set_aside_steps_after(trials: Path, step: int) -> list[Path]:
-    """Trial folders of steps after the checkpoint a run resumes from (an interrupted run's) are renamed
-    `step_<N>.interrupted-<time>`, so step_<N>/ holds only the trials that step trained on."""
-    moved = []
-    if not trials.is_dir():
-        return moved
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    for path in trials.iterdir():
-        name = path.name
-        if path.is_dir() and name.startswith("step_") and name[5:].isdigit() and int(name[5:]) > step:
-            target = path.with_name(f"{name}.interrupted-{stamp}")
-            path.rename(target)
-            moved.append(target)
-    return moved
-
-
 def step_trial_counts(result: Any) -> dict[str, int]:
     """The rollout actor's progress counts, for a finished step (passed = graded with reward >= 1)."""
     records = result.records
     return {"done": len(records), "total": len(records), "masked": sum(r.masked for r in records),
             "passed": sum(not r.masked and r.reward >= 1.0 for r in records)}
-
-
-def set_aside_stale_steps(trials: Path, start: int) -> list[Path]:
-    """What a run starting after `start` must not read as its own: the steps after it; and on a fresh
-    start (0) every step, step_0's validation included (RESUME_MODE=disable, or an earlier run under this
-    name that left no checkpoint: its results would pass for this policy's "before")."""
-    return set_aside_steps_after(trials, start if start > 0 else -1)
 
 
 def due(step: int, freq: int, last: int) -> bool:
@@ -132,40 +96,6 @@ def policy_config(cfg: RunConfig) -> dict[str, Any]:
     return {"algo": asdict(AlgoConfig.from_run_config(cfg)), "optim": {"lr": cfg.LR},
             "max_prompt": cfg.MAX_PROMPT, "max_response": cfg.MAX_RESP,
             "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ, "seed": cfg.SEED}
-
-
-@contextlib.contextmanager
-def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
-    """A small Ray of this process (2 CPUs, no dashboard, a 100 MiB object store, loopback only); yields its
-    processes as (pid, start time) for the lock, so the reaper can stop them after a kill -9. Its session
-    folder goes when it stops."""
-    import psutil
-    import ray
-
-    from rlkit.train.ray_local import loopback_only, remove_session, session_dir
-
-    with loopback_only() as node_address:
-        before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
-        # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
-        for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            try:
-                ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
-                         object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
-                         namespace=f"rlkit-{paths.project}-{paths.exp}", _node_ip_address=node_address)
-                break
-            except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
-                ray.shutdown()
-                if attempt == RAY_START_ATTEMPTS:
-                    raise
-                log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
-        session = session_dir()
-        try:
-            me = psutil.Process()
-            children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
-            yield children
-        finally:
-            ray.shutdown()
-            remove_session(session)
 
 
 def process_ids(pids: list[int]) -> list[list[float]]:

@@ -1,4 +1,4 @@
-"""What a one-machine Ray of the local trainer needs besides `ray.init`: loopback only, and no leftovers.
+"""The local trainer's one-machine Ray (`local_ray`): loopback only, and no leftovers.
 
 Loopback: Ray binds its gRPC servers and agents to every interface unless the node's address is
 a loopback name, and on Linux it swaps 127.0.0.1 for the host's own address before it gets that
@@ -13,13 +13,22 @@ ends, and lists the folder in its lock so the reaper does after a kill -9.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from rlkit.config.paths import RunPaths
+
+log = logging.getLogger(__name__)
 NODE_ADDRESS = "127.0.0.1"
+RAY_OBJECT_STORE_BYTES = 100 * 2**20
+RAY_CPUS = 2
+RAY_START_ATTEMPTS = 3
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
@@ -67,3 +76,35 @@ def remove_session(session: Path | None) -> None:
     except OSError:
         pass
     shutil.rmtree(session, ignore_errors=True)
+
+
+@contextmanager
+def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
+    """A small Ray of this process (2 CPUs, no dashboard, a 100 MiB object store, loopback only); yields its
+    processes as (pid, start time) for the lock, so the reaper can stop them after a kill -9. Its session
+    folder goes when it stops."""
+    import psutil
+    import ray
+
+    with loopback_only() as node_address:
+        before = {p.pid for p in psutil.Process().children(recursive=True)}  # the reaper is not Ray's
+        # address="local": always a Ray of our own, even when RAY_ADDRESS points at a cluster
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            try:
+                ray.init(address="local", num_cpus=RAY_CPUS, num_gpus=0, include_dashboard=False,
+                         object_store_memory=RAY_OBJECT_STORE_BYTES, log_to_driver=False, configure_logging=False,
+                         namespace=f"rlkit-{paths.project}-{paths.exp}", _node_ip_address=node_address)
+                break
+            except Exception:  # Ray waits a fixed 30 s for its raylet; on a loaded machine that can run out
+                ray.shutdown()
+                if attempt == RAY_START_ATTEMPTS:
+                    raise
+                log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
+        session = session_dir()
+        try:
+            me = psutil.Process()
+            children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
+            yield children
+        finally:
+            ray.shutdown()
+            remove_session(session)

@@ -135,7 +135,7 @@ def stopped_message(exp: str, signum: int, done_step: int, saved_step: int, why_
 
 def interrupted_message(checkpoints: Path) -> str:
     """After a hard interrupt (second signal, deadline): what the same command resumes from."""
-    from rlkit.train.local import latest_step
+    from rlkit.train.resume import latest_step
 
     step = latest_step(checkpoints)
     where = f"resumes from checkpoint global_step_{step}" if step else "starts from step 0 (there is no checkpoint)"

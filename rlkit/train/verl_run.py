@@ -73,7 +73,7 @@ def train_verl(resolved: ResolvedConfig) -> int:
     from rlkit.config.schema import Backend
     from rlkit.launch.cluster import run
     from rlkit.launch.plan import is_head_node
-    from rlkit.train.local import latest_step, set_aside_steps_after
+    from rlkit.train.resume import latest_step, set_aside_steps_after
 
     c = resolved.config
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME or "default",

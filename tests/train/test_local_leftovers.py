@@ -22,7 +22,7 @@ import json, os, sys
 from pathlib import Path
 import psutil
 from rlkit.config.paths import RunPaths
-from rlkit.train.local import local_ray
+from rlkit.train.ray_local import local_ray
 from rlkit.train.ray_local import session_dir
 from tests.train.test_local_e2e import listening
 

@@ -13,7 +13,8 @@ import pytest
 from rlkit.config.paths import RunPaths
 from rlkit.launch import lock as lock_mod
 from rlkit.rollout.records import Outcome, StepResult, TokenSegment, TrialRecord
-from rlkit.train.local import due, latest_step, total_steps
+from rlkit.train.local import due, total_steps
+from rlkit.train.resume import latest_step
 from rlkit.train.runlog import MetricsLog, console_line, read_jsonl
 from rlkit.train.step_metrics import rollout_metrics, val_metrics
 
@@ -43,7 +44,7 @@ def test_latest_step_reads_verls_marker(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_runs_later_steps_are_set_aside(tmp_path: Path) -> None:
-    from rlkit.train.local import set_aside_steps_after
+    from rlkit.train.resume import set_aside_steps_after
 
     for name in ("step_1", "step_2", "step_3", "step_10"):
         (tmp_path / name).mkdir()
@@ -56,7 +57,7 @@ def test_an_interrupted_runs_later_steps_are_set_aside(tmp_path: Path) -> None:
 def test_a_fresh_start_sets_aside_every_earlier_step_and_a_resume_only_later_ones(tmp_path: Path) -> None:
     """An earlier run's val_trials/step_0 is not this run's "before" (RESUME_MODE=disable, a new
     MODEL_PATH under the same EXP_NAME): a fresh start moves it aside, so validation reruns it."""
-    from rlkit.train.local import set_aside_stale_steps
+    from rlkit.train.resume import set_aside_stale_steps
 
     for name in ("step_0", "step_4", "step_8"):
         (tmp_path / name).mkdir()
