@@ -24,6 +24,7 @@ from rlkit.launch.lock import pid_alive, read_lock
 
 POLL_S = 1.0
 TERM_GRACE_S = 5.0
+RAY_GRACE_S = 1.0
 CREATE_SETTLE_S = 2.0
 
 
@@ -49,8 +50,27 @@ def stop_processes(children: list[list[float]]) -> list[int]:
                 alive.update((p.pid, p) for p in proc.children(recursive=True))
         except psutil.Error:
             continue
-    terminate_then_kill(list(alive.values()), TERM_GRACE_S)  # gone before the lock says the run is over
+    # Ray's own processes die with the trainer's Ray (GCS and raylet share its fate), and its agents then
+    # sit out SIGTERM: they get a short grace. vLLM and the proxy get the full one, to end cleanly.
+    procs = list(alive.values())
+    ray_side = [p for p in procs if is_ray_process(_cmdline(p))]
+    terminate_then_kill(ray_side, RAY_GRACE_S)
+    terminate_then_kill([p for p in procs if p not in ray_side], TERM_GRACE_S)  # gone before the lock says so
     return sorted(alive)
+
+
+def is_ray_process(cmd: str) -> bool:
+    """Ray's workers, actors and agents (`ray::<name>` titles) and its Python daemons."""
+    return cmd.startswith("ray::") or "/site-packages/ray/" in cmd
+
+
+def _cmdline(proc) -> str:
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def remove_leftovers(paths: list[str]) -> list[str]:

@@ -186,3 +186,24 @@ def test_attempts_are_numbered_across_restarts(tmp_path: Path) -> None:
     older.jsonl.write_text(json.dumps({"step": 1, "data": {}}) + "\n")
     assert MetricsLog(older, "file", echo=None).mark_attempt(1, 5) == 2
     assert sys.executable  # (the interpreter the reaper and the peak measurement run on)
+
+
+def test_the_reaper_gives_rays_agents_a_short_grace_and_servers_the_full_one(tmp_path: Path) -> None:
+    """After a kill -9 the trainer's GCS and raylet are gone with it (Ray's fate sharing), and Ray's agents
+    sit out SIGTERM; the reaper gives them RAY_GRACE_S, not the grace vLLM and the proxy get."""
+    from rlkit.train import reaper
+
+    assert reaper.is_ray_process("ray::DashboardAgent") and reaper.is_ray_process("ray::IDLE")
+    assert reaper.is_ray_process("/v/bin/python -u /v/lib/python3.12/site-packages/ray/dashboard/agent.py --x")
+    assert not reaper.is_ray_process("/v/.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server")
+    assert not reaper.is_ray_process("VLLM::EngineCore") and not reaper.is_ray_process("")
+
+    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    agent = subprocess.Popen(["ray::DashboardAgent", "-c", ignores_term], executable=sys.executable,
+                             stdout=subprocess.PIPE, text=True)
+    assert agent.stdout.readline().strip() == "up"
+    started = time.monotonic()
+    stopped = reaper.stop_processes([[agent.pid, psutil.Process(agent.pid).create_time()]])
+    took = time.monotonic() - started
+    assert stopped == [agent.pid] and not psutil.pid_exists(agent.pid)  # psutil reaped it: killed, not waited for
+    assert took < reaper.TERM_GRACE_S, took  # the agent was killed after RAY_GRACE_S, not the servers' grace
