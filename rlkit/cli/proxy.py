@@ -68,6 +68,7 @@ def main(argv: list[str]) -> int:
     import logging
 
     from rlkit.proxy.core import ProxyConfig
+    from rlkit.proxy.parsers import preload_verl_parsers
     from rlkit.proxy.server import serve_forever
     from rlkit.proxy.toolcalls import ProxyEventLoop
 
@@ -84,6 +85,7 @@ def main(argv: list[str]) -> int:
                          default_sampling=sampling, strict_parser_check=args.strict_parser_check,
                          warm_anthropic=args.warm_anthropic)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    preload_verl_parsers()
     try:
         asyncio.run(serve_forever(config), loop_factory=ProxyEventLoop)
     except KeyboardInterrupt:

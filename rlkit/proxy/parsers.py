@@ -165,6 +165,16 @@ async def probe(model_dir: str, parser_name: str, budget_s: float | None = None,
     return await probe_tokenizer(AutoTokenizer.from_pretrained(model_dir), parser_name, budget_s)
 
 
+def preload_verl_parsers() -> None:
+    """Load verl's tool_parser module without running verl's package `__init__` (torch's dynamo,
+    tensordict, ray: ~2 s of CPU), for a process that uses nothing else of verl: the probe and
+    `rlkit proxy serve`. Where verl is imported already, or a verl plugin is configured (a verl
+    run's proxy), it is the plain import."""
+    from rlkit.proxy._light_probe import load_verl_tool_parsers
+
+    load_verl_tool_parsers()  # later `from verl... import` statements find it loaded
+
+
 def main(argv: list[str]) -> int:
     full = "--full" in argv[:2]
     argv = [a for a in argv if a != "--full"] if full else argv
@@ -177,9 +187,7 @@ def main(argv: list[str]) -> int:
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not full:
-        from rlkit.proxy._light_probe import load_verl_tool_parsers
-
-        load_verl_tool_parsers()  # the probe's `from verl... import` statements then find it loaded
+        preload_verl_parsers()
     for model_dir, parser in zip(argv[::2], argv[1::2], strict=True):
         print(json.dumps(asyncio.run(probe(model_dir, parser, budget_s, full=full))), flush=True)
     return 0

@@ -165,3 +165,30 @@ def test_model_class_with_every_defaulted_token_set_takes_the_light_path(tiny_mo
                        unk_token=None)
     light = light_tokenizer(model)
     assert light.pad_token == "<|endoftext|>" and light.unk_token is None and light.bos_token is None
+
+
+def test_the_proxy_process_loads_verls_parsers_without_verls_package_imports(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`rlkit proxy serve` (a run's proxy when no verl plugin is set) skips verl's `__init__` (~1.2 s of CPU of
+    every start): verl's tool_parser module loads alone, and its parsers still read the template's tool calls
+    (the start-up check parses one; --strict-parser-check exits if it does not)."""
+    import os
+    import signal
+
+    argv = [sys.executable, "-X", "importtime", "-m", "rlkit.cli.main", "proxy", "serve", "--model-path",
+            str(tiny_model_dir), "--host", "127.0.0.1", "--port", "0", "--upstream", "http://127.0.0.1:9",
+            "--tool-call-parser", "qwen3_coder", "--strict-parser-check", "--no-anthropic-warm-up"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    log = tmp_path / "stderr.txt"  # -X importtime writes more than a pipe holds
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            ready = proc.stdout.readline()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    err = log.read_text()
+    assert ready.startswith("rlkit proxy on http://127.0.0.1:"), ready + err[-3000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert "verl.tools.schemas" in imported  # what verl's tool_parser module imports
+    assert not {"verl.protocol", "verl.experimental.agent_loop.agent_loop", "tensordict"} & imported
+    assert "does not match the chat template" not in err
