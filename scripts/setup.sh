@@ -237,6 +237,7 @@ for name in apt venv vllm images; do finish_phase "$name" || true; done
 [ -f rlkit/monitor/static/vendor/uPlot.iife.min.js ] || bash scripts/vendor_uplot.sh
 # Each venv's top-level names, so every import of transformers skips ~0.8 s of stat calls
 # (idempotent: ~0.2 s when there is nothing to write; also after a venv was changed by hand).
+: >"$LOGS/top_level.log"
 for venv in .venv .venv-vllm; do
   if [ -x "$venv/bin/python" ]; then
     "$venv/bin/python" scripts/top_level_index.py >>"$LOGS/top_level.log" 2>&1 || log "warning: $venv was not indexed ($LOGS/top_level.log)"

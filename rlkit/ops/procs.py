@@ -50,7 +50,8 @@ def kind_of(cmd: str, name: str = "") -> str | None:
     return None
 
 
-def _cmdline(proc) -> str:
+def cmdline(proc) -> str:
+    """A psutil process's command line (its name when that is empty; '' once it is gone)."""
     import psutil
 
     try:
@@ -103,7 +104,7 @@ def scan(output_roots: list[Path], project: str | None = None, experiment: str |
         info = proc.info
         if info["pid"] in skip or info["uids"] is None or info["uids"].real != uid:
             continue
-        cmd = _cmdline(proc)
+        cmd = cmdline(proc)
         kind = kind_of(cmd, info["name"] or "")
         if kind is None:
             continue
@@ -179,7 +180,7 @@ def listeners(port: int) -> list[tuple[int | None, str]]:
             cmd = ""
             if conn.pid:
                 try:
-                    cmd = _cmdline(psutil.Process(conn.pid))
+                    cmd = cmdline(psutil.Process(conn.pid))
                 except psutil.Error:
                     pass
             out.append((conn.pid, cmd))

@@ -277,5 +277,3 @@ class ProxyApp:
         except Exception as exc:  # noqa: BLE001 - any malformed body is the client's 400
             return json_response(formats.anthropic_error(f"invalid request: {exc}", kind="invalid_request_error"), 400)
         return json_response({"input_tokens": self.core.count_tokens(messages, tools)})
-
-

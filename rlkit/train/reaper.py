@@ -52,25 +52,20 @@ def stop_processes(children: list[list[float]]) -> list[int]:
             continue
     # Ray's own processes die with the trainer's Ray (GCS and raylet share its fate), and its agents then
     # sit out SIGTERM: they get a short grace. vLLM and the proxy get the full one, to end cleanly.
+    from rlkit.ops.procs import cmdline
+
     procs = list(alive.values())
-    ray_side = [p for p in procs if is_ray_process(_cmdline(p))]
+    ray_side = [p for p in procs if is_ray_process(cmdline(p))]
     terminate_then_kill(ray_side, RAY_GRACE_S)
     terminate_then_kill([p for p in procs if p not in ray_side], TERM_GRACE_S)  # gone before the lock says so
     return sorted(alive)
 
 
 def is_ray_process(cmd: str) -> bool:
-    """Ray's workers, actors and agents (`ray::<name>` titles) and its Python daemons."""
-    return cmd.startswith("ray::") or "/site-packages/ray/" in cmd
+    """Ray's daemons, agents, workers and actors, by the markers cleanup knows them by."""
+    from rlkit.ops.procs import kind_of
 
-
-def _cmdline(proc) -> str:
-    import psutil
-
-    try:
-        return " ".join(proc.cmdline())
-    except psutil.Error:
-        return ""
+    return kind_of(cmd) == "ray"
 
 
 def remove_leftovers(paths: list[str]) -> list[str]:
