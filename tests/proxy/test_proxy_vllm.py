@@ -122,3 +122,35 @@ def test_vllms_completion_text_equals_the_proxys_decode(vllm_server: Any) -> Non
             calls = proxy.trajectory("text")["calls"]
             assert all(c["completion_ids"][-1] == renderer.eos_id for c in calls)  # ended by end-of-turn
     asyncio.run(body())
+
+
+
+def test_the_engine_core_decodes_on_one_busy_thread(vllm_server: Any) -> None:
+    """vLLM's in-process CPU worker kept torch's every-core OpenMP pool (it logs a reduction to 1
+    that its own guard skips): a second thread then spun beside each decode step (6.1 s of CPU
+    against the main thread's 13.6 s on 2 cores). The launcher sets the pool; the real engine
+    core's threads, read from /proc, show one thread doing the work."""
+    import psutil
+
+    from rlkit.launch.vllm import omp_threads
+
+    server = psutil.Process(vllm_server.process.pid)
+    env = server.environ()  # the engine core is spawned with it (its own /proc environ is overwritten by its title)
+    assert env.get("OMP_NUM_THREADS") == str(omp_threads()) and env.get("OMP_WAIT_POLICY") == "PASSIVE"
+    engine = next(p for p in server.children(recursive=True) if p.name().startswith("VLLM") or
+                  "EngineCore" in " ".join(p.cmdline()))
+
+    def per_thread() -> dict[int, float]:
+        return {t.id: t.user_time + t.system_time for t in engine.threads()}
+
+    async def decode() -> None:
+        async with httpx.AsyncClient(timeout=120) as client:
+            body = {"model": vllm_server.model_name, "prompt": list(range(50, 350)), "max_tokens": 300,
+                    "ignore_eos": True, "temperature": 1.0}
+            await asyncio.gather(*(client.post(vllm_server.base_url + "/v1/completions", json=body) for _ in range(4)))
+
+    before = per_thread()
+    asyncio.run(decode())
+    spent = sorted((cpu - before.get(tid, 0.0) for tid, cpu in per_thread().items()), reverse=True)
+    if omp_threads() == 1:
+        assert spent[1] < 0.25 * spent[0], spent[:4]

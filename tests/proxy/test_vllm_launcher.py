@@ -134,3 +134,24 @@ def test_every_server_shares_one_cache_and_keeps_its_own_scratch(tmp_path: Path,
     assert servers[0]._env()["VLLM_CACHE_ROOT"] == str(tmp_path / "mine")
     for folder in [*made, *servers[0].leftovers()]:  # _env() made short TMPDIRs (tmp_path is long)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_vllms_cpu_worker_gets_one_openmp_thread_per_spare_core_and_passive_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process, vLLM's CPU worker would keep torch's every-core pool, and its spinning threads
+    wait on each other while sandboxes keep the other cores busy (147 against 1,367 tokens/s)."""
+    from rlkit.launch.vllm import omp_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert omp_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert omp_threads() == 15
+    server = VllmServer(VllmServerConfig(model_path="/m", port=8103, scratch_dir=tmp_path / "s", cache_dir=tmp_path / "c"))
+    env = server._env()
+    assert env["OMP_NUM_THREADS"] == "15" and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's own setting is kept
+    assert server._env()["OMP_NUM_THREADS"] == "4"
+    for folder in server.leftovers():
+        shutil.rmtree(folder, ignore_errors=True)
