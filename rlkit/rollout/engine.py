@@ -199,9 +199,11 @@ class RolloutEngine:
         """POST /s/<sid>/<what>; a proxy that does not answer costs the record, not the trial."""
         import httpx
 
+        from rlkit.scaffolds.tls import tls_context
+
         url = f"{str(self.config.proxy_url).rstrip('/')}/s/{session}/{what}{query}"
         try:
-            async with httpx.AsyncClient(timeout=60.0, trust_env=False) as client:
+            async with httpx.AsyncClient(timeout=60.0, trust_env=False, verify=tls_context()) as client:
                 response = await client.post(url, json=body if body is not None else {})
         except httpx.HTTPError as exc:
             _log.warning("proxy %s: %s", url, exc)

@@ -28,6 +28,7 @@ from harbor.models.agent.context import AgentContext
 
 from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.scaffolds.atif import calls_of, write_token_trajectory
+from rlkit.scaffolds.tls import tls_context
 
 TOKEN_RECORD_FILE = "proxy_record.json"
 # The proxy's 400 for a session past its budget (calls or response tokens): the episode is over.
@@ -40,7 +41,7 @@ async def fetch_session_record(url: str, timeout_s: float = 30.0) -> dict[str, A
     import httpx
 
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, verify=tls_context()) as client:
             response = await client.get(url)
     except httpx.HTTPError:
         return None
