@@ -26,6 +26,12 @@ from rlkit.train._teacher_tools import shell_tool, tool_reply
 CONFIRM_HINT = "Are you sure you want to mark the task as complete"
 CONFIRM_REPLY = {"analysis": "The fix is applied.", "plan": "Confirm.", "commands": [], "task_complete": True}
 GIVE_UP_REPLY = {"analysis": "Unknown task.", "plan": "Stop.", "commands": [], "task_complete": True}
+# Commands Terminus-2's prompt calls immediate (cd, ls, echo, cat) and their kin: they edit a file or
+# print and return at once.
+IMMEDIATE_COMMANDS = frozenset({"cd", "ls", "echo", "cat", "printf", "sed", "mkdir", "cp", "mv", "rm", "touch",
+                                "tee", "chmod", "ln", "patch", "true"})
+# The teacher's answers, part of the warm start's cache key: a new version records anew.
+TEACHER_VERSION = 2
 _KEY_CHARS = 120  # leading characters of an instruction that identify its task in a prompt
 
 
@@ -48,10 +54,36 @@ def solution_keystrokes(solve_sh: str) -> str:
     return "\n".join(keep) + "\n"
 
 
+def command_lines(keystrokes: str) -> list[str]:
+    """The shell's own command lines of some keystrokes: heredoc bodies left out."""
+    commands: list[str] = []
+    in_heredoc = None
+    for line in keystrokes.splitlines():
+        if in_heredoc is not None:
+            if line.strip() == in_heredoc:
+                in_heredoc = None
+            continue
+        if line.strip():
+            commands.append(line.strip())
+        if "<<" in line:
+            in_heredoc = line.split("<<", 1)[1].strip().strip("-").strip("'\"") or None
+    return commands
+
+
+def command_duration(keystrokes: str) -> float:
+    """Seconds Terminus-2 waits after the keystrokes, as its prompt asks: 0.1 when every command
+    is immediate (file edits, cd, echo), 1.0 otherwise. Terminus sleeps the whole duration."""
+    immediate = all(line.split()[0] in IMMEDIATE_COMMANDS or line.startswith("git apply")
+                    for line in command_lines(keystrokes))
+    return 0.1 if immediate else 1.0
+
+
 def fix_action(solve_sh: str) -> dict[str, Any]:
     """The Terminus-2 action that applies the oracle fix and marks the task complete."""
+    keystrokes = solution_keystrokes(solve_sh)
     return {"analysis": "The bug is in the code.", "plan": "Apply the fix.",
-            "commands": [{"keystrokes": solution_keystrokes(solve_sh), "duration": 1.0}], "task_complete": True}
+            "commands": [{"keystrokes": keystrokes, "duration": command_duration(keystrokes)}],
+            "task_complete": True}
 
 
 def action_text(action: dict[str, Any]) -> str:

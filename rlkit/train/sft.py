@@ -7,8 +7,8 @@ where `response_mask` is 1: tokens the model would have sampled; prompts, tool o
 and terminal screens are context only). The result is an HF directory vLLM can serve.
 
 It is cached under `<root>/sft-<key>/`, the key hashing the task set's files, the base
-model's files and the settings, so the second call returns at once. The model is kept short
-of memorising: training stops once the chance of replaying the teacher's tokens exactly at
+model's files, the settings and the teacher's version, so the second call returns at once.
+The model is kept short of memorising: training stops once the chance of replaying the teacher's tokens exactly at
 temperature 1 (exp of minus the summed masked loss), averaged over the tasks, reaches
 `target_replay` (0.5), so the starting pass rate sits between 0 and 1 and RL has room to
 climb. On the embedded tiny model and the bundled train tasks (3 teacher trajectories per
@@ -119,8 +119,11 @@ def model_hash(model_dir: Path) -> str:
 
 
 def cache_key(task_dirs: list[Path], model_dir: Path, settings: SftSettings) -> str:
+    from rlkit.train._teacher import TEACHER_VERSION
+
     digest = hashlib.sha256()
-    for part in (task_set_hash(task_dirs), model_hash(model_dir), settings.model_dump_json()):
+    for part in (task_set_hash(task_dirs), model_hash(model_dir), settings.model_dump_json(),
+                 f"teacher {TEACHER_VERSION}"):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 

@@ -12,7 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlkit.train._teacher import CONFIRM_HINT, TeacherScript, TeacherServer, solution_keystrokes
+from rlkit.train._teacher import (
+    CONFIRM_HINT,
+    TeacherScript,
+    TeacherServer,
+    command_duration,
+    command_lines,
+    fix_action,
+    solution_keystrokes,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "examples" / "tasks" / "word-frequency"
@@ -42,6 +50,31 @@ def test_script_picks_the_task_and_confirms() -> None:
     confirm = json.loads(script.reply(_terminus_prompt(TASK) + f"<|im_start|>user\n{CONFIRM_HINT}?"))
     assert confirm["commands"] == [] and confirm["task_complete"] is True
 
+
+
+def test_the_teacher_waits_as_terminus_asks_short_for_file_edits_long_for_the_rest() -> None:
+    """Terminus-2 sleeps each command's whole duration; its prompt asks 0.1 s for immediate commands.
+    Every bundled fix is a `git apply` heredoc: 0.1 s (it was 1.0 s, ~40% of a trial's agent time)."""
+    for solve in sorted(TASK.parent.glob("*/solution/solve.sh")):
+        action = fix_action(solve.read_text())
+        assert action["commands"][0]["duration"] == 0.1, solve
+    heredoc = "cd /app\ncat > run.sh <<'EOF'\nmake -j8\npython3 slow.py\nEOF\n"
+    assert command_lines(heredoc) == ["cd /app", "cat > run.sh <<'EOF'"]
+    assert command_duration(heredoc) == 0.1  # the body is written, not run
+    assert command_duration("cd /app\npip install -e .\n") == 1.0
+    assert command_duration("make\n") == 1.0
+
+
+def test_a_new_teacher_version_is_a_new_warm_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.train import _teacher
+    from rlkit.train.sft import SftSettings, cache_key
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    before = cache_key([TASK], model, SftSettings())
+    monkeypatch.setattr(_teacher, "TEACHER_VERSION", _teacher.TEACHER_VERSION + 1)
+    assert cache_key([TASK], model, SftSettings()) != before
 
 @pytest.fixture
 def teacher_proxy(tiny_model_dir: Path):
