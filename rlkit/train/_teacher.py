@@ -35,6 +35,11 @@ TEACHER_VERSION = 2
 _KEY_CHARS = 120  # leading characters of an instruction that identify its task in a prompt
 
 
+def heredoc_tag(line: str) -> str | None:
+    """The word that ends the heredoc this shell line opens (`<<'PATCH'` -> PATCH), if it opens one."""
+    return line.split("<<", 1)[1].strip().strip("-").strip("'\"") or None if "<<" in line else None
+
+
 def solution_keystrokes(solve_sh: str) -> str:
     """The oracle's shell commands as terminal keystrokes: shebang, comments and `set` dropped."""
     lines = solve_sh.splitlines()
@@ -45,9 +50,7 @@ def solution_keystrokes(solve_sh: str) -> str:
             stripped = line.strip()
             if not stripped or stripped.startswith(("#", "set -")):
                 continue
-            if "<<" in line:
-                tag = line.split("<<", 1)[1].strip().strip("-").strip("'\"")
-                in_heredoc = tag or None
+            in_heredoc = heredoc_tag(line)
         elif line.strip() == in_heredoc:
             in_heredoc = None
         keep.append(line)
@@ -65,8 +68,7 @@ def command_lines(keystrokes: str) -> list[str]:
             continue
         if line.strip():
             commands.append(line.strip())
-        if "<<" in line:
-            in_heredoc = line.split("<<", 1)[1].strip().strip("-").strip("'\"") or None
+        in_heredoc = heredoc_tag(line)
     return commands
 
 
