@@ -174,7 +174,7 @@ def test_the_proxy_process_loads_verls_parsers_without_verls_package_imports(tin
     import os
     import signal
 
-    argv = [sys.executable, "-X", "importtime", "-m", "rlkit.cli.main", "proxy", "serve", "--model-path",
+    argv = [sys.executable, "-X", "importtime", "-X", "faulthandler", "-m", "rlkit.cli.main", "proxy", "serve", "--model-path",
             str(tiny_model_dir), "--host", "127.0.0.1", "--port", "0", "--upstream", "http://127.0.0.1:9",
             "--tool-call-parser", "qwen3_coder", "--strict-parser-check", "--no-anthropic-warm-up"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
@@ -185,7 +185,13 @@ def test_the_proxy_process_loads_verls_parsers_without_verls_package_imports(tin
             ready = proc.stdout.readline()
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=60)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:  # where it hangs: faulthandler prints every thread's stack on SIGABRT
+                proc.send_signal(signal.SIGABRT)
+                proc.wait(30)
+                stacks = [line for line in log.read_text().splitlines() if not line.startswith("import time:")]
+                pytest.fail("the proxy ignored SIGINT for 60 s after its ready line:\n" + "\n".join(stacks[-80:]))
     err = log.read_text()
     assert ready.startswith("rlkit proxy on http://127.0.0.1:"), ready + err[-3000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
