@@ -180,7 +180,10 @@ def test_the_proxy_process_loads_verls_parsers_without_verls_package_imports(tin
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
     log = tmp_path / "stderr.txt"  # -X importtime writes more than a pipe holds
     with log.open("w") as stderr:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        # A shell's background job ignores SIGINT, and Python keeps an ignored SIGINT ignored: the child
+        # gets the default back, as a proxy started from a terminal has it.
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 - one signal() call
         try:
             ready = proc.stdout.readline()
         finally:
