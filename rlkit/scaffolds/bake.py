@@ -166,6 +166,20 @@ def build_agent_image(name: str, *, force: bool = False, log: Log = print) -> st
     if not force and image_exists(ref):
         log(f"✓ {ref} is up to date")
         return ref
+    from filelock import FileLock
+
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    # Two builds at once (test workers, a run beside `rlkit images`) would npm-install into the
+    # same cache folder and pull each other's files away mid-install: one at a time per agent.
+    with FileLock(CACHE_DIR / f".{name}.lock"):
+        if not force and image_exists(ref):
+            log(f"✓ {ref} is up to date")
+            return ref
+        return _build_agent_image(scaffold, ref, log)
+
+
+def _build_agent_image(scaffold: Scaffold, ref: str, log: Log) -> str:
+    name = scaffold.name
     recipe = scaffold.image_recipe
     assert recipe is not None
     started = time.monotonic()

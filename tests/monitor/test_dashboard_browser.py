@@ -126,9 +126,11 @@ def test_dashboard_draws_curves_and_opens_a_trajectory(served: str, tmp_path: Pa
 
             page.click("#tab-trials")
             page.wait_for_selector("#browser table.list tr.row")
+            page.wait_for_selector("#browser[data-view='steps'] table.list tr.row")
             page.click("#browser table.list tr.row[data-key='1']")  # step 1
             page.wait_for_selector("#crumbs >> text=step")
-            page.click("#browser table.list tr.row >> nth=0")  # a trial
+            # The crumbs change at once; the step's trials replace the steps' table when they come.
+            page.click("#browser[data-view='step'] table.list tr.row >> nth=0")  # a trial
             page.wait_for_function("document.body.dataset.trialShown", timeout=30_000)
             assert page.locator(".atif-step").count() >= 1
             assert page.inner_text("#test-stdout").strip()
@@ -142,3 +144,33 @@ def test_dashboard_draws_curves_and_opens_a_trajectory(served: str, tmp_path: Pa
             assert not errors, errors
         finally:
             context.close()
+
+
+def test_a_late_answer_does_not_paint_over_the_view_the_user_moved_to(served: str, tmp_path: Path) -> None:
+    """The steps' list is asked for, the user opens a trial before it comes: when the list's answer
+    comes late, the trial stays on screen."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{served}/api/runs/fx-healthy/steps/1/trials", timeout=30) as answer:
+        session = json.loads(answer.read())["trials"][0]["session"]
+    with _browser(tmp_path) as context:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        held: list = []
+        page.route("**/api/runs/fx-healthy/steps", lambda route: held.append(route))  # the steps' list waits until released
+        page.goto(served + "/#/trials/fx-healthy", wait_until="load")
+        deadline = time.monotonic() + 30
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+        assert held, "the steps' list was asked for"
+        page.evaluate(f"location.hash = '#/trials/fx-healthy/1/{session}'")
+        page.wait_for_function("document.body.dataset.trialShown", timeout=30_000)
+        with page.expect_response("**/api/runs/fx-healthy/steps"):
+            for route in held:
+                route.continue_()
+        page.unroute("**/api/runs/fx-healthy/steps")
+        page.wait_for_timeout(300)  # the late answer's handler has run
+        assert page.locator("#trial-head").count() == 1, page.inner_text("#browser")[:500]
+        assert page.get_attribute("#browser", "data-view") == "trial"
+        assert not errors, errors

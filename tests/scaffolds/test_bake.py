@@ -4,6 +4,7 @@ versions as harbor's install checks see them."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,45 @@ def test_ohsdk_bake_refuses_to_copy_a_distro_python(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(sys, "base_prefix", "/usr")
     with pytest.raises(UserError, match="not a self-contained install"):
         _host_python312()
+
+
+def _build_in_child(log_path: str) -> None:
+    from rlkit.scaffolds import bake
+
+    lines: list[str] = []
+    bake.build_agent_image("oc", log=lines.append)
+    Path(log_path).write_text("\n".join(lines))
+
+
+def test_two_processes_building_one_agent_take_turns_and_stage_it_once(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """Two builds of one agent at once (test workers, a run beside `rlkit images`) must not
+    npm-install into the same folder together: the second waits, then finds the image built."""
+    import multiprocessing
+    import time
+
+    from rlkit.scaffolds import bake
+
+    built, events = tmp_path / "built", tmp_path / "events"
+
+    def stage(scaffold, stage_dir, log) -> None:  # the npm install's window, made wide
+        with events.open("a") as f:
+            f.write("start\n")
+        time.sleep(0.5)
+        with events.open("a") as f:
+            f.write("end\n")
+
+    monkeypatch.setattr(bake, "CACHE_DIR", tmp_path / "agents")
+    monkeypatch.setattr(bake, "image_exists", lambda ref: built.exists())
+    monkeypatch.setattr(bake, "_stage_npm", stage)
+    monkeypatch.setattr(bake, "_run", lambda cmd, **kw: built.touch() or "")
+    ctx = multiprocessing.get_context("fork")  # the children keep these patches
+    children = [ctx.Process(target=_build_in_child, args=(str(tmp_path / f"log{i}"),)) for i in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(30)
+        assert child.exitcode == 0
+    assert events.read_text().split() == ["start", "end"]  # staged once, never two at a time
+    logs = sorted((tmp_path / f"log{i}").read_text() for i in range(2))
+    assert "up to date" in logs[-1] and "built" in logs[0], logs

@@ -256,21 +256,32 @@ function fmt(v) {
   return String(v);
 }
 
+// The browser's content for one view, unless the user moved on while it loaded (a late answer
+// must not paint over the view they are on). #browser's data-view says what it shows.
+function showView(view, hash, ...nodes) {
+  if (location.hash !== hash) return false;
+  $("#browser").replaceChildren(...nodes);
+  $("#browser").dataset.view = view;
+  return true;
+}
+
 async function showSteps(exp) {
   crumbs(exp);
+  const hash = location.hash;
   const got = await api(`/api/runs/${enc(exp)}/steps`);
   // passed: graded trials with reward >= 1, the pass rate's rule; outcomes say why trials ended
   const rows = got.steps.map((s) => ({...s, passed_of: s.graded != null ? `${s.passed}/${s.graded}` : null}));
-  $("#browser").replaceChildren(sortableTable([["step", "step"], ["trials", "trials"], ["passed_of", "passed"],
+  showView("steps", hash, sortableTable([["step", "step"], ["trials", "trials"], ["passed_of", "passed"],
     ["pass_rate", "pass rate"], ["reward_mean", "reward mean"], ["outcomes", "outcomes (why trials ended)"]], rows,
     (r) => { location.hash = `#/trials/${enc(exp)}/${r.step}`; }, "step"));
 }
 
 async function showStep(exp, step) {
   crumbs(exp, step);
+  const hash = location.hash;
   const got = await api(`/api/runs/${enc(exp)}/steps/${enc(step)}/trials`);
   const rows = got.trials.map((t) => ({...t, passed_mark: t.passed ? "✓" : "—"}));
-  $("#browser").replaceChildren(sortableTable([["session", "trial"], ["task_id", "task"], ["passed_mark", "passed"],
+  showView("step", hash, sortableTable([["session", "trial"], ["task_id", "task"], ["passed_mark", "passed"],
     ["reward", "reward"], ["outcome", "outcome (why it ended)"], ["num_turns", "turns"], ["parse_failures", "parse failures"],
     ["masked", "masked"]], rows, (r) => { location.hash = `#/trials/${enc(exp)}/${step}/${enc(r.session)}`; }, "reward"));
 }
@@ -284,6 +295,7 @@ function block(b) {
 
 async function showTrial(exp, step, session) {
   crumbs(exp, step, session);
+  const hash = location.hash;
   const base = `/api/runs/${enc(exp)}/steps/${enc(step)}/trials/${enc(session)}`;
   const t = await api(base);
   const row = t.row || {};
@@ -314,8 +326,7 @@ async function showTrial(exp, step, session) {
   const raw = el("details", {}, el("summary", {text: `raw ATIF steps (${t.steps.length})`}));
   t.steps.forEach((s) => raw.append(el("pre", {class: "atif-step", text: JSON.stringify(s, null, 1)})));
   parts.push(raw);
-  $("#browser").replaceChildren(...parts);
-  document.body.dataset.trialShown = session;
+  if (showView("trial", hash, ...parts)) document.body.dataset.trialShown = session;
 }
 
 async function main() {
