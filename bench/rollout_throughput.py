@@ -12,7 +12,8 @@ trials are a training step's: that policy samples freely on its train tasks (the
 embedded trainer runs them.
 Prints trials/min, the time split (sandbox / agent / model / verifier, summed over
 trials; agent is the scaffold's own time, the model's calls taken out) and the model's
-ratio to the oracle's trials/min.
+ratio to the oracle's trials/min; then the machine's CPU a trial by process group
+(bench/cpu_ledger.py) and the ceiling the vLLM engine core's CPU alone puts on that ratio.
 
     python bench/rollout_throughput.py [--levels 1,2,4] [--tasks 4] [--n-resp 2] [--free]
     python bench/rollout_throughput.py --policy .rlkit/models/tiny-qwen3-sft --levels 2,4,8 --n-resp 4
@@ -26,6 +27,8 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+
+from cpu_ledger import CpuLedger  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -42,7 +45,7 @@ def _rows(n_tasks: int, index: Path | None = None) -> list:
 
 
 def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Path, step: int,
-          model: str | None = None, proxy_url: str | None = None) -> tuple[float, object]:
+          model: str | None = None, proxy_url: str | None = None) -> tuple[float, object, CpuLedger]:
     from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
     free = args.free or args.policy
@@ -52,8 +55,18 @@ def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Pa
                           proxy_url=proxy_url, max_turns=None if args.policy else args.max_turns, sampling=sampling,
                           max_response_tokens=args.max_resp)
     started = time.perf_counter()
-    result = asyncio.run(RolloutEngine(config).run_step(step, rows))
-    return time.perf_counter() - started, result
+    with CpuLedger() as ledger:
+        result = asyncio.run(RolloutEngine(config).run_step(step, rows))
+    return time.perf_counter() - started, result, ledger
+
+
+def _bound(oracle: CpuLedger, model: CpuLedger, trials: int) -> str:
+    """On a saturated machine trials/min is cores / CPU a trial: the ratio the vLLM engine core's
+    CPU alone allows, were every other part of a model trial as cheap as the oracle's whole trial."""
+    per_oracle, engine = oracle.busy_s / trials, model.share("vLLM engine core", trials)
+    return (f"ceiling: the engine core alone ({engine:.2f} cpu-s a trial) caps the ratio at "
+            f"{per_oracle / (per_oracle + engine):.2f}x on a saturated machine; the whole model trial's CPU "
+            f"gives {oracle.busy_s / model.busy_s:.2f}x")
 
 
 def main() -> int:
@@ -100,8 +113,8 @@ def main() -> int:
         _step("model", 2, rows[:1], argparse.Namespace(**{**vars(args), "n_resp": 2}), work / "warmup", 0,
               "tiny", proxy.url)  # first calls pay vLLM's and the proxy's warm-up
         for i, level in enumerate(levels, start=1):
-            oracle_wall, _ = _step("oracle", level, rows, args, work / "trials", i)
-            model_wall, result = _step("model", level, rows, args, work / "trials", i, "tiny", proxy.url)
+            oracle_wall, _, oracle_cpu = _step("oracle", level, rows, args, work / "trials", i)
+            model_wall, result, model_cpu = _step("model", level, rows, args, work / "trials", i, "tiny", proxy.url)
             summary = result.summary
             per_min, oracle_per_min = trials / model_wall * 60, trials / oracle_wall * 60
             share = " ".join(f"{k}={v:.0%}" for k, v in summary.timing_share.items())
@@ -113,7 +126,10 @@ def main() -> int:
                          f"oracle {oracle_per_min:5.1f} trials/min ({oracle_wall:.0f}s)  "
                          f"ratio {per_min / oracle_per_min:.2f}x\n"
                          f"    model time split: {share}   per trial: {seconds}, {tokens:.0f} response tokens, "
-                         f"{turns:.1f} turns   outcomes {outcomes}")
+                         f"{turns:.1f} turns   outcomes {outcomes}\n"
+                         f"    CPU, oracle: {oracle_cpu.report(trials)}\n"
+                         f"    CPU, model:  {model_cpu.report(trials)}\n"
+                         f"    {_bound(oracle_cpu, model_cpu, trials)}")
             print(lines[-1], flush=True)
     how = (f"policy {args.policy} sampling freely (MAX_RESP {args.max_resp})" if args.policy else
            "free sampling" if args.free else "forced terminus answers (2 calls/trial)")
