@@ -1,0 +1,35 @@
+"""bench/cpu_ledger.py: the CPU a stretch of work spent, by process group."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "cpu_ledger.py"
+
+
+def _ledger_module():
+    spec = importlib.util.spec_from_file_location("cpu_ledger_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_spinning_child_and_this_process_are_charged_to_their_groups() -> None:
+    ledger_module = _ledger_module()
+    with ledger_module.CpuLedger() as ledger:
+        child = subprocess.Popen([sys.executable, "-c", "import time\nwhile time.process_time() < 1.0: pass"])
+        end = time.process_time() + 0.5
+        while time.process_time() < end:  # this process: the benchmark's own rollout process
+            pass
+        child.wait(30)
+    rollout = ledger.groups["rollout process (harbor, terminus, proxy)"]
+    assert 0.4 <= rollout <= 1.5, ledger.groups
+    assert ledger.groups["other"] >= 0.8, ledger.groups  # the spinner: a host process of no named group
+    assert ledger.busy_s >= 1.4
+    assert sum(ledger.groups.values()) >= ledger.busy_s - 1e-6  # what no group claims is "other"
+    line = ledger.report(per=2)
+    assert "cpu-s a trial" in line and "rollout process" in line
