@@ -60,6 +60,14 @@ def test_command_has_the_cpu_flags() -> None:
         assert flag in joined
 
 
+def test_vllm_streams_sixteen_tokens_a_chunk_unless_the_user_says_otherwise() -> None:
+    cmd = build_command(VllmServerConfig(model_path="/m"), Path("/py"), 8123)
+    assert cmd[cmd.index("--stream-interval") + 1] == "16"
+    assert "--stream-interval" not in build_command(VllmServerConfig(model_path="/m", stream_interval=1), Path("/py"), 1)
+    mine = build_command(VllmServerConfig(model_path="/m", extra_args=["--stream-interval", "4"]), Path("/py"), 1)
+    assert mine[-2:] == ["--stream-interval", "4"]  # the last flag wins in vLLM's argparse
+
+
 def test_missing_venv_is_a_user_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RLKIT_VLLM_PYTHON", str(tmp_path / "nope" / "python"))
     with pytest.raises(UserError) as err:
