@@ -60,9 +60,9 @@ class VllmServerConfig(BaseModel):
     # seed has its prefill split into chunks; whole prefills (a batch budget of at least the window)
     # keep seeded requests (seeded validation attempts) safe.
     chunked_prefill: bool = False
-    # Tokens per streamed chunk (the first always comes alone). Per token, vLLM's API server and the
-    # proxy spent ~0.5 ms of CPU at 2 streams on 2 cores; at 16 the API server spends ~0.3. The proxy's
-    # token timeout then times a chunk's gap. `extra_args` can set it again (the last flag wins).
+    # Tokens per streamed chunk (the first always comes alone). vLLM's API server spent 0.52-0.63 ms of
+    # CPU a token at 2 streams on 2 cores, 0.31-0.34 at 16 (bench/README.md). The proxy's token timeout
+    # then times a chunk's gap. `extra_args` can set it again (the last flag wins).
     stream_interval: int = 16
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
