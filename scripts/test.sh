@@ -17,6 +17,11 @@ bash scripts/setup.sh --images  # the docker tests' base image is built while th
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check rlkit tests bench
 .venv/bin/lint-imports  # floors: imports run downward (pyproject.toml [tool.importlinter])
+# Three test files need the in-container agents' images (~3 min on a fresh machine: npm, pip wheel,
+# docker build). Built here, beside the first tests, no two workers sit waiting on the build's lock.
+.venv/bin/rlkit images agents >.rlkit/setup/agents.log 2>&1 &
+agents=$!
+trap 'kill "$agents" 2>/dev/null || true' EXIT
 set +e
 # Three workers (RLKIT_TEST_WORKERS) on two cores: tests wait on docker, vLLM or a subprocess often
 # enough that two workers left the cores 11% idle; a third fills them (14.0 -> 12.3 min in fresh

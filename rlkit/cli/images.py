@@ -1,4 +1,5 @@
-"""`rlkit images dockerd|base|build`: the docker daemon, the offline base image and per-task images.
+"""`rlkit images dockerd|base|build|agents`: the docker daemon, the offline base image, per-task
+images and the in-container agents' images.
 
   rlkit images dockerd
       make sure a docker daemon answers (starts dockerd as root, logs to .rlkit/dockerd.log)
@@ -9,6 +10,9 @@
       build rlkit-task/<task_id>:latest from each task's environment/Dockerfile (reused while
       the hash of environment/ matches, also tagged :src-<hash>);
       --scaffold bakes that agent (cc|ohsdk|oc) on top as rlkit-task/<task_id>:<scaffold>
+  rlkit images agents [NAME ...] [--force]
+      build the in-container agents' images rlkit/agent-<name>:<version> (default cc oc ohsdk),
+      one at a time per agent across processes; a task's scaffold layer copies from them
 """
 
 from __future__ import annotations
@@ -80,11 +84,30 @@ def _build(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
+def _agents(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlkit images agents")
+    parser.add_argument("names", nargs="*", default=["cc", "oc", "ohsdk"], help="agents (default cc oc ohsdk)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    args = parser.parse_args(argv)
+
+    from rlkit.sandbox.base_image import ensure_base_image
+    from rlkit.scaffolds.bake import build_agent_image
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if "ohsdk" in args.names:
+        ensure_base_image(log=log)  # the ohsdk agent is built on it
+    for name in args.names:
+        print(build_agent_image(name, force=args.force, log=log), flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(__doc__)
         return 0 if argv else 2
-    commands = {"dockerd": _dockerd, "base": _base, "build": _build}
+    commands = {"dockerd": _dockerd, "base": _base, "build": _build, "agents": _agents}
     if argv[0] not in commands:
         print(f"rlkit images: unknown sub-command {argv[0]!r}\n{__doc__}", file=sys.stderr)
         return 2

@@ -24,3 +24,21 @@ def test_build_bakes_the_scaffold_layer(baked_images: dict[str, str]) -> None:
                           capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "rlkit-task/calc-power-unary:oc" in proc.stdout and "1/1 images ready" in proc.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.slow  # the first run bakes every agent image
+def test_agents_builds_or_finds_each_agent_image(baked_images: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "agents", "cc", "oc"],
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    refs = proc.stdout.split()
+    assert [ref.split(":")[0] for ref in refs] == ["rlkit/agent-cc", "rlkit/agent-oc"]
+    for ref in refs:
+        assert subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False).returncode == 0
+
+
+def test_agents_refuses_an_agent_that_runs_on_the_host(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["images", "agents", "terminus"]) == 2
+    err = capsys.readouterr().err
+    assert "✗ FATAL" in err and "not baked into images" in err and "Traceback" not in err
