@@ -6,9 +6,10 @@
 
 psutil samples every process's CPU seconds every 0.2 s (a process that ends between two
 samples loses at most its last 0.2 s); the sandboxes' processes are counted once, from
-docker's cgroup (cgroup v1 `cpuacct` or v2 `cpu.stat`), whose counter keeps the CPU of
-containers already removed. The machine's own busy time (/proc/stat) is the total; what no
-group claims is "other" (the kernel, short-lived host processes).
+docker's cgroup (cgroup v1 `cpuacct`, or v2 `cpu.stat` under the cgroupfs driver), whose
+counter keeps the CPU of containers already removed. The machine's own busy time (/proc/stat)
+is the total; what no group claims is "other" (the kernel, short-lived host processes, and
+the sandboxes where no docker-only cgroup counts them).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Self
 
 import psutil
 
+# Parents that hold only docker's containers. Under systemd's cgroup driver they sit in
+# system.slice beside every service (dockerd too): no such parent, so no count (None).
 _DOCKER_CGROUPS = (Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage"),  # v1: nanoseconds
-                   Path("/sys/fs/cgroup/system.slice/cpu.stat"),  # v2, systemd driver: usage_usec
-                   Path("/sys/fs/cgroup/docker/cpu.stat"))  # v2, cgroupfs driver
+                   Path("/sys/fs/cgroup/docker/cpu.stat"))  # v2, cgroupfs driver: usage_usec
 
 
 def machine_busy_s() -> float:

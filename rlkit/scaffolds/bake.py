@@ -163,9 +163,6 @@ def build_agent_image(name: str, *, force: bool = False, log: Log = print) -> st
     """Build (or reuse) `rlkit/agent-<name>:<version>`; returns its reference."""
     scaffold = get_scaffold(name)
     ref = agent_image_ref(scaffold)
-    if not force and image_exists(ref):
-        log(f"✓ {ref} is up to date")
-        return ref
     from filelock import FileLock
 
     CACHE_DIR.mkdir(parents=True, exist_ok=True)

@@ -125,7 +125,6 @@ def test_dashboard_draws_curves_and_opens_a_trajectory(served: str, tmp_path: Pa
             page.screenshot(path=str(ARTIFACTS / "dashboard_curves.png"), full_page=True)
 
             page.click("#tab-trials")
-            page.wait_for_selector("#browser table.list tr.row")
             page.wait_for_selector("#browser[data-view='steps'] table.list tr.row")
             page.click("#browser table.list tr.row[data-key='1']")  # step 1
             page.wait_for_selector("#crumbs >> text=step")
