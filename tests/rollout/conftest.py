@@ -23,9 +23,11 @@ def task_images(base_image: str) -> list[str]:
     return [o.image for o in outcomes]
 
 
-def containers_of(session: str) -> list[dict]:
-    """Containers (running or not) labelled with this trial session."""
+def containers_of(session: str, project: str | None = None) -> list[dict]:
+    """Containers (running or not) labelled with this trial session (and project: another test's
+    trial, `rlkit tasks check` for one, may run a session of the same name at the same time)."""
     from rlkit.sandbox.docker_api import api_client
-    from rlkit.sandbox.labels import SESSION, label_value
+    from rlkit.sandbox.labels import PROJECT, SESSION, label_value
 
-    return api_client().containers(all=True, filters={"label": f"{SESSION}={label_value(session)}"})
+    labels = [f"{SESSION}={label_value(session)}"] + ([f"{PROJECT}={label_value(project)}"] if project else [])
+    return api_client().containers(all=True, filters={"label": labels})

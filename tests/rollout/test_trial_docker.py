@@ -15,12 +15,13 @@ from tests.rollout.conftest import DATA, EXAMPLES, containers_of
 pytestmark = pytest.mark.docker
 
 DEFAULT_TASKS = ["slugify-trailing-dash", "lru-cache-recency", "calc-power-unary"]
-OFFLINE = {"network": "none"}  # the test-data tasks need no network; keeps them off docker's bridge
+OFFLINE = {"network": "none"}
+PROJECT = "proj"  # the sweeps' own: other tests and `rlkit tasks check` run sessions of the same names  # the test-data tasks need no network; keeps them off docker's bridge
 
 
 def _sweep(root: Path, tasks: list[str], step: int) -> dict[tuple[str, str], TrialOutcome]:
     # no network kwarg: the sandbox follows the task's own network_mode (no-network)
-    specs = [TrialSpec(task_dir=EXAMPLES / task, agent=agent, trials_root=root, project="proj", experiment="exp",
+    specs = [TrialSpec(task_dir=EXAMPLES / task, agent=agent, trials_root=root, project=PROJECT, experiment="exp",
                        step=step, session=f"{task}__{agent}") for task in tasks for agent in ("oracle", "nop")]
     outcomes = asyncio.run(run_trials(specs, max_concurrency=4))
     return {(spec.task_dir.name, str(spec.agent)): outcome for spec, outcome in zip(specs, outcomes, strict=True)}
@@ -31,7 +32,7 @@ def _assert_oracle_1_nop_0(outcomes: dict[tuple[str, str], TrialOutcome]) -> Non
         expected = 1.0 if agent == "oracle" else 0.0
         reason = "passed" if agent == "oracle" else "failed_tests"
         assert (outcome.reward, outcome.reason) == (expected, reason), (task, agent, outcome)
-        assert containers_of(outcome.session) == [], f"sandbox of {task}/{agent} was not removed"
+        assert containers_of(outcome.session, PROJECT) == [], f"sandbox of {task}/{agent} was not removed"
 
 
 def test_oracle_gets_1_and_nop_gets_0(task_images, tmp_path: Path):
