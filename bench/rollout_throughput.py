@@ -13,7 +13,9 @@ embedded trainer runs them.
 Prints trials/min, the time split (sandbox / agent / model / verifier, summed over
 trials; agent is the scaffold's own time, the model's calls taken out) and the model's
 ratio to the oracle's trials/min; then the machine's CPU a trial by process group
-(bench/cpu_ledger.py) and the ceiling the vLLM engine core's CPU alone puts on that ratio.
+(bench/cpu_ledger.py), the ceiling the vLLM engine core's CPU alone puts on that ratio, and
+the engine's steps a trial, sampled tokens a step and CPU a step (bench/engine_steps.py): the
+engine core's CPU a trial is steps times CPU a step, and a step costs about the same at any batch.
 
     python bench/rollout_throughput.py [--levels 1,2,4] [--tasks 4] [--n-resp 2] [--free]
     python bench/rollout_throughput.py --policy .rlkit/models/tiny-qwen3-sft --levels 2,4,8 --n-resp 4
@@ -26,9 +28,11 @@ import asyncio
 import logging
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from cpu_ledger import CpuLedger  # bench/, beside this script
+from engine_steps import EngineSteps
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -45,7 +49,8 @@ def _rows(n_tasks: int, index: Path | None = None) -> list:
 
 
 def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Path, step: int,
-          model: str | None = None, proxy_url: str | None = None) -> tuple[float, object, CpuLedger]:
+          model: str | None = None, proxy_url: str | None = None,
+          engine_url: str | None = None) -> tuple[float, object, CpuLedger, EngineSteps | None]:
     from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
     free = args.free or args.policy
@@ -55,9 +60,9 @@ def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Pa
                           proxy_url=proxy_url, max_turns=None if args.policy else args.max_turns, sampling=sampling,
                           max_response_tokens=args.max_resp)
     started = time.perf_counter()
-    with CpuLedger() as ledger:
+    with CpuLedger() as ledger, (EngineSteps(engine_url) if engine_url else nullcontext()) as steps:
         result = asyncio.run(RolloutEngine(config).run_step(step, rows))
-    return time.perf_counter() - started, result, ledger
+    return time.perf_counter() - started, result, ledger, steps
 
 
 def _bound(oracle: CpuLedger, model: CpuLedger, trials: int) -> str:
@@ -113,8 +118,9 @@ def main() -> int:
         _step("model", 2, rows[:1], argparse.Namespace(**{**vars(args), "n_resp": 2}), work / "warmup", 0,
               "tiny", proxy.url)  # first calls pay vLLM's and the proxy's warm-up
         for i, level in enumerate(levels, start=1):
-            oracle_wall, _, oracle_cpu = _step("oracle", level, rows, args, work / "trials", i)
-            model_wall, result, model_cpu = _step("model", level, rows, args, work / "trials", i, "tiny", proxy.url)
+            oracle_wall, _, oracle_cpu, _ = _step("oracle", level, rows, args, work / "trials", i)
+            model_wall, result, model_cpu, steps = _step("model", level, rows, args, work / "trials", i, "tiny",
+                                                         proxy.url, server.base_url)
             summary = result.summary
             per_min, oracle_per_min = trials / model_wall * 60, trials / oracle_wall * 60
             share = " ".join(f"{k}={v:.0%}" for k, v in summary.timing_share.items())
@@ -129,6 +135,7 @@ def main() -> int:
                          f"{turns:.1f} turns   outcomes {outcomes}\n"
                          f"    CPU, oracle: {oracle_cpu.report(trials)}\n"
                          f"    CPU, model:  {model_cpu.report(trials)}\n"
+                         f"    vLLM: {steps.report(trials, model_cpu.groups['vLLM engine core'])}\n"
                          f"    {_bound(oracle_cpu, model_cpu, trials)}")
             print(lines[-1], flush=True)
     how = (f"policy {args.policy} sampling freely (MAX_RESP {args.max_resp})" if args.policy else
