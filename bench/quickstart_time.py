@@ -46,6 +46,7 @@ MARKERS = [
 ]
 STEP_LINE = re.compile(r"^step:(\d+) - ")
 VALIDATE = re.compile(r"step (\d+): validat")
+ROLLOUT = re.compile(r"step \d+: rollout")  # a progress line, not a check that mentions rollouts
 
 
 def run_stamped(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, list[tuple[float, str]]]:
@@ -78,7 +79,7 @@ def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
            for i, name in enumerate(order) if name != "done"}
     if "rl" in cuts:
         rl = [(t, line) for t, line in lines if t >= cuts["rl"]]
-        first_work = next((t for t, line in rl if VALIDATE.search(line) or "rollout" in line), None)
+        first_work = next((t for t, line in rl if VALIDATE.search(line) or ROLLOUT.search(line)), None)
         steps = [t for t, line in rl if STEP_LINE.match(line)]
         if first_work is not None:
             out["  boot"] = first_work - cuts["rl"]
