@@ -15,7 +15,7 @@ trials; agent is the scaffold's own time, the model's calls taken out) and the m
 ratio to the oracle's trials/min; then the machine's CPU a trial by process group
 (bench/cpu_ledger.py), the ceiling the vLLM engine core's CPU alone puts on that ratio, and
 the engine's steps a trial, sampled tokens a step and CPU a step (bench/engine_steps.py): the
-engine core's CPU a trial is steps times CPU a step, and a step costs about the same at any batch.
+engine core's CPU a trial is steps times CPU a step, most of a step's CPU being fixed work.
 
     python bench/rollout_throughput.py [--levels 1,2,4] [--tasks 4] [--n-resp 2] [--free]
     python bench/rollout_throughput.py --policy .rlkit/models/tiny-qwen3-sft --levels 2,4,8 --n-resp 4
