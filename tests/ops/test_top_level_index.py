@@ -3,7 +3,6 @@ does not stat() every installed file (importlib.metadata.packages_distributions)
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from importlib import metadata
@@ -11,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "top_level_index.py"
-spec = importlib.util.spec_from_file_location("top_level_index", SCRIPT)
-top_level_index = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(top_level_index)
+top_level_index = load_script("scripts/top_level_index.py")
 
 
 def _dist(site: Path, name: str, files: list[str], *, top_level: str | None = None) -> Path:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.fixtures.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "uv_args.py"
-spec = importlib.util.spec_from_file_location("uv_args", SCRIPT)
-uv_args = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(uv_args)
+uv_args = load_script("scripts/uv_args.py")
 
 LISTING = """global.cert='/etc/ssl/certs/ca-certificates.crt'
 global.constraint='/etc/xdg/pip/constraints.txt'

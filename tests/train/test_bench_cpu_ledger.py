@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "cpu_ledger.py"
+from tests.fixtures.scripts import load_script
 
 
 def _ledger_module():
-    spec = importlib.util.spec_from_file_location("cpu_ledger_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/cpu_ledger.py")
 
 
 def test_a_spinning_child_and_this_process_are_charged_to_their_groups() -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import urllib.request
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine_steps.py"
+from tests.fixtures.scripts import load_script
 
 # vLLM's own exposition: one engine's histogram and counters (labels as vLLM writes them)
 METRICS = """\
@@ -30,10 +28,7 @@ vllm:prompt_tokens_cached_total{engine="0",model_name="tiny"} 720.0
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("engine_steps_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/engine_steps.py")
 
 
 def test_counters_are_read_from_vllms_exposition_and_reported_a_trial() -> None:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_update.py"
+from tests.fixtures.scripts import load_script
 
 
 def test_gpu_update_bench_runs_on_cpu_at_toy_size(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("gpu_update_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/gpu_update.py")
     out = tmp_path / "rows.jsonl"
     assert bench.main(["--toy", "--device", "cpu", "--rows", "plain,packed", "--algos", "grpo,gspo",
                        "--batch-rows", "2", "--warmup", "1", "--steps", "1", "--json", str(out)]) == 0

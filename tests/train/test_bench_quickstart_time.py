@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "quickstart_time.py"
+from tests.fixtures.scripts import load_script
 
 # A fresh clone's quickstart, abridged (seconds since start, line)
 LINES = [
@@ -25,9 +22,7 @@ LINES = [
 
 
 def test_boot_ends_at_the_first_progress_line_not_at_a_check_that_mentions_rollouts() -> None:
-    spec = importlib.util.spec_from_file_location("quickstart_time_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("bench/quickstart_time.py")
     out = module.phases(LINES)
     assert {k: round(v, 1) for k, v in out.items()} == {
         "setup": 125.3, "images": 16.2, "warm start": 70.9, "rl": 237.2, "  boot": 39.6,
