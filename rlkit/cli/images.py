@@ -11,8 +11,9 @@ images and the in-container agents' images.
       the hash of environment/ matches, also tagged :src-<hash>);
       --scaffold bakes that agent (cc|ohsdk|oc) on top as rlkit-task/<task_id>:<scaffold>
   rlkit images agents [NAME ...] [--force]
-      build the in-container agents' images rlkit/agent-<name>:<version> (default cc oc ohsdk),
-      one at a time per agent across processes; a task's scaffold layer copies from them
+      build the in-container agents' images rlkit/agent-<name>:<version> (default every scaffold
+      baked into images: cc oc ohsdk), one at a time per agent across processes; a task's scaffold
+      layer copies from them
 """
 
 from __future__ import annotations
@@ -86,12 +87,15 @@ def _build(argv: list[str]) -> int:
 
 def _agents(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkit images agents")
-    parser.add_argument("names", nargs="*", default=["cc", "oc", "ohsdk"], help="agents (default cc oc ohsdk)")
+    parser.add_argument("names", nargs="*", help="agents (default: every scaffold baked into images)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the image exists")
     args = parser.parse_args(argv)
 
     from rlkit.sandbox.base_image import ensure_base_image
+    from rlkit.scaffolds import SCAFFOLDS, get_scaffold
     from rlkit.scaffolds.bake import build_agent_image
+
+    args.names = args.names or [n for n in SCAFFOLDS.names() if get_scaffold(n).image_recipe is not None]
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

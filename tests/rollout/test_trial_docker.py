@@ -15,8 +15,8 @@ from tests.rollout.conftest import DATA, EXAMPLES, containers_of
 pytestmark = pytest.mark.docker
 
 DEFAULT_TASKS = ["slugify-trailing-dash", "lru-cache-recency", "calc-power-unary"]
-OFFLINE = {"network": "none"}
-PROJECT = "proj"  # the sweeps' own: other tests and `rlkit tasks check` run sessions of the same names  # the test-data tasks need no network; keeps them off docker's bridge
+OFFLINE = {"network": "none"}  # the test-data tasks need no network; keeps them off docker's bridge
+PROJECT = "proj"  # the sweeps' own: other tests and `rlkit tasks check` run sessions of the same names
 
 
 def _sweep(root: Path, tasks: list[str], step: int) -> dict[tuple[str, str], TrialOutcome]:

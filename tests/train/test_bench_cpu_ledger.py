@@ -9,13 +9,8 @@ import time
 from tests.fixtures.scripts import load_script
 
 
-def _ledger_module():
-    return load_script("bench/cpu_ledger.py")
-
-
 def test_a_spinning_child_and_this_process_are_charged_to_their_groups() -> None:
-    ledger_module = _ledger_module()
-    with ledger_module.CpuLedger() as ledger:
+    with load_script("bench/cpu_ledger.py").CpuLedger() as ledger:
         child = subprocess.Popen([sys.executable, "-c", "import time\nwhile time.process_time() < 1.0: pass"])
         end = time.process_time() + 0.5
         while time.process_time() < end:  # this process: the benchmark's own rollout process

@@ -27,12 +27,8 @@ vllm:prompt_tokens_cached_total{engine="0",model_name="tiny"} 720.0
 """
 
 
-def _module():
-    return load_script("bench/engine_steps.py")
-
-
 def test_counters_are_read_from_vllms_exposition_and_reported_a_trial() -> None:
-    module = _module()
+    module = load_script("bench/engine_steps.py")
     assert module.parse_counters(METRICS) == {"steps": 100.0, "step_tokens": 460.0, "generated": 180.0,
                                               "prompt": 1000.0, "cached": 720.0}
     steps = module.EngineSteps("http://unused")
@@ -45,7 +41,7 @@ def test_counters_are_read_from_vllms_exposition_and_reported_a_trial() -> None:
 
 def test_a_real_vllm_counts_one_step_a_token_for_one_sequence(vllm_server) -> None:
     """The counter names are this vLLM's: 24 tokens of one request are 24 sampled tokens in 24-25 steps."""
-    module = _module()
+    module = load_script("bench/engine_steps.py")
     body = {"model": vllm_server.model_name, "prompt": list(range(50, 250)), "max_tokens": 24,
             "ignore_eos": True, "temperature": 1.0}
     request = urllib.request.Request(f"{vllm_server.base_url}/v1/completions", data=json.dumps(body).encode(),
