@@ -1,7 +1,7 @@
 """scripts/setup.sh's phases, with a stand-in uv (and stand-in venv programs) so no package is installed:
 the venvs install at once, a failing phase names itself and its log, finished phases keep their stamps,
 uv gets pip's package sources and the locks, a changed lock reinstalls, and --images builds the base
-image while .venv-vllm is still installing."""
+image while .venv-vllm is still installing, and while apt installs chromium (stand-in apt-get)."""
 
 from __future__ import annotations
 
@@ -149,6 +149,56 @@ def test_images_start_once_the_docker_client_is_in_while_the_rest_of_venv_instal
     first = next(i for i, c in enumerate(ran) if c.startswith("pip install --python .venv/"))
     assert ran[first].endswith("-c scripts/locks/venv.txt -e .[sandbox]")  # the docker client, locked
     assert first < ran.index("rlkit images dockerd")
+    assert "[setup] dockerd and the base image: done in" in result.stdout
+
+
+# Logs its arguments; `install` of chromium waits (at most 20 s) for $WAIT_FOR, which the stand-in rlkit
+# writes when it builds the base image: exit 4 if the base image waited on chromium instead.
+FAKE_APT_GET = r"""#!/bin/bash
+echo "apt-get $*" >> "$UV_CALLS"
+case " $* " in
+  *" chromium "*)
+    for _ in $(seq 200); do [ -f "$WAIT_FOR" ] && break; sleep 0.1; done
+    [ -f "$WAIT_FOR" ] || { echo "the base image waited for chromium"; exit 4; } ;;
+esac
+"""
+APT_PROGRAMS = {"dockerd", "debootstrap", "tmux", "chromium", "apt-get"}
+
+
+def path_without_apt_programs(tmp_path: Path) -> str:
+    """A PATH with every program of this one but those apt installs here, and a stand-in apt-get."""
+    bare = tmp_path / "bare-bin"
+    bare.mkdir()
+    for folder in os.environ["PATH"].split(":"):
+        if not Path(folder).is_dir():
+            continue
+        for program in Path(folder).iterdir():
+            target = bare / program.name
+            if program.name not in APT_PROGRAMS and not target.exists():
+                target.symlink_to(program)
+    (bare / "apt-get").write_text(FAKE_APT_GET)
+    (bare / "apt-get").chmod(0o755)
+    return f"{tmp_path / 'bin'}:{bare}"
+
+
+def test_the_base_image_starts_once_docker_is_in_while_apt_installs_chromium(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("apt and --images run only as root")
+    root = checkout(tmp_path)
+    calls_file = root.parent / "calls.txt"
+    calls_file.write_text("")
+    env = {**os.environ, "PATH": path_without_apt_programs(tmp_path), "UV_CALLS": str(calls_file),
+           "UV_PINNED": UV_PINNED, "WAIT_FOR": str(tmp_path / "base-started")}
+    result = subprocess.run(["bash", "scripts/setup.sh", "--images"], cwd=root, env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = calls(root)
+    apt = [c for c in ran if c.startswith("apt-get")]
+    assert apt == ["apt-get update -q", "apt-get install -y -q docker.io debootstrap tmux",
+                   "apt-get install -y -q chromium"]
+    # dockerd and the base image came after docker.io and debootstrap, before chromium was in.
+    assert ran.index(apt[1]) < ran.index("rlkit images dockerd")
+    assert "[setup] apt-get install docker.io debootstrap tmux chromium: done in" in result.stdout
     assert "[setup] dockerd and the base image: done in" in result.stdout
 
 

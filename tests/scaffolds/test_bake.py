@@ -34,6 +34,20 @@ def test_layer_copies_the_agent_and_puts_it_on_path() -> None:
     assert "/opt/openhands-sdk-venv /opt/openhands-sdk-venv" in ohsdk and "RUN ldconfig" in ohsdk
 
 
+def test_the_ohsdk_build_imports_the_sdk_with_the_environment_its_trials_get() -> None:
+    """The build's import check runs offline; without the trials' variables litellm's import spends 3 s
+    retrying a price-list download."""
+    from rlkit.scaffolds.bake import _dockerfile_ohsdk
+    from rlkit.scaffolds.base import ScaffoldRun
+
+    scaffold = get_scaffold("ohsdk")
+    check = next(line for line in _dockerfile_ohsdk(scaffold).splitlines() if "import openhands.sdk" in line)
+    prefix = _dockerfile_ohsdk(scaffold).split(check)[0].rsplit("&&", 1)[1]
+    run = ScaffoldRun(session="s", model="policy")
+    for key in ("LITELLM_LOCAL_MODEL_COST_MAP", "OPENHANDS_SUPPRESS_BANNER"):
+        assert f"{key}={scaffold.agent_env(run)[key]}" in prefix
+
+
 def test_terminus_needs_no_layer() -> None:
     from rlkit.scaffolds.bake import scaffold_layer
 
