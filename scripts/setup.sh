@@ -220,19 +220,18 @@ finish_phase() {  # waits for one phase; a failure names the phase and its log
   return 1
 }
 
+wait_ready() {  # $1 = phase, $2 = the file it writes midway: waits for the file, or for the phase to end
+  while [ -n "${pids[$1]:-}" ] && [ ! -f "$2" ] && kill -0 "${pids[$1]}" 2>/dev/null; do sleep 1; done
+  [ -f "$2" ] || finish_phase "$1" || true
+}
+
 apt_all=("${apt_missing[@]}" "${apt_later[@]}")
 [ ${#apt_all[@]} -gt 0 ] && run_phase apt "apt-get install ${apt_all[*]}" phase_apt
 [ "$need_main" = 1 ] && run_phase venv ".venv by $installer" phase_main
 [ "$need_vllm" = 1 ] && run_phase vllm ".venv-vllm by $installer" phase_vllm
 if [ "$want_images" = 1 ]; then  # needs docker.io and debootstrap (apt) and the docker client (.venv)
-  while [ -n "${pids[apt]:-}" ] && [ ! -f "$LOGS/apt-core.ready" ] && kill -0 "${pids[apt]}" 2>/dev/null; do
-    sleep 1
-  done
-  [ -f "$LOGS/apt-core.ready" ] || finish_phase apt || true
-  while [ -n "${pids[venv]:-}" ] && [ ! -f "$LOGS/venv-sandbox.ready" ] && kill -0 "${pids[venv]}" 2>/dev/null; do
-    sleep 1
-  done
-  [ -f "$LOGS/venv-sandbox.ready" ] || finish_phase venv || true
+  wait_ready apt "$LOGS/apt-core.ready"
+  wait_ready venv "$LOGS/venv-sandbox.ready"
   if [ "$(id -u)" != 0 ]; then
     log "warning: not root; dockerd and the base image are left to rlkit images (as root)"
   elif [ "$failed" = 0 ]; then

@@ -146,6 +146,7 @@ def _dockerfile_ohsdk(scaffold: Scaffold) -> str:
     assert recipe is not None
     python = f"{AGENTS_ROOT}/{scaffold.name}/python"
     reqs = " ".join(f"'{r}'" for r in recipe.pip_requirements)
+    env = " ".join(f"{key}={value}" for key, value in recipe.offline_env.items())
     return (
         f"FROM {BASE_IMAGE}\n"
         f"COPY python {python}\n"
@@ -154,9 +155,8 @@ def _dockerfile_ohsdk(scaffold: Scaffold) -> str:
         f"RUN echo {python}/lib > {_PYTHON_LDCONF} && ldconfig \\\n"
         f" && {python}/bin/python3.12 -m venv {OHSDK_VENV} \\\n"
         f" && {OHSDK_VENV}/bin/pip install -q --no-index --find-links /tmp/wheels {reqs} \\\n"
-        # As trials run it: litellm's import otherwise fetches a price list (no network here: 3 s of retry).
-        " && LITELLM_LOCAL_MODEL_COST_MAP=True OPENHANDS_SUPPRESS_BANNER=1 \\\n"
-        f"    {OHSDK_VENV}/bin/python -c 'import openhands.sdk, openhands.tools' \\\n"
+        # As trials run it: offline, litellm's import otherwise spends 3 s retrying a price-list download.
+        f" && env {env} {OHSDK_VENV}/bin/python -c 'import openhands.sdk, openhands.tools' \\\n"
         " && rm -rf /tmp/wheels\n"
     )
 

@@ -59,6 +59,8 @@ class AgentImageRecipe(BaseModel):
     npm_version: str | None = None
     npm_binary: str | None = Field(default=None, description="native binary inside node_modules to ship")
     pip_requirements: tuple[str, ...] = ()
+    # What the agent's Python needs without a network: set for the build's import check and for every trial.
+    offline_env: dict[str, str] = Field(default_factory=dict)
     # name on PATH -> path inside the image
     links: dict[str, str] = Field(default_factory=dict)
 

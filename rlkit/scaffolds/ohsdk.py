@@ -15,6 +15,8 @@ from rlkit.scaffolds.base import PROXY_API_KEY, AgentImageRecipe, Scaffold, Scaf
 
 OPENHANDS_SDK_VERSION = "1.58.2"
 OHSDK_VENV = "/opt/openhands-sdk-venv"
+# litellm inside the SDK must not fetch its cost map from the internet.
+OFFLINE_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
 
 
 class OpenHandsSDKScaffold(Scaffold):
@@ -26,15 +28,14 @@ class OpenHandsSDKScaffold(Scaffold):
     image_recipe = AgentImageRecipe(
         pip_requirements=(f"openhands-sdk=={OPENHANDS_SDK_VERSION}", f"openhands-tools=={OPENHANDS_SDK_VERSION}",
                           "fastapi"),
+        offline_env=OFFLINE_ENV,
     )
 
     def model_name(self, run: ScaffoldRun) -> str:
         return f"openai/{run.model}"
 
     def agent_env(self, run: ScaffoldRun) -> dict[str, str]:
-        # litellm inside the SDK must not fetch its cost map from the internet.
-        return {"LLM_API_KEY": PROXY_API_KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                "OPENHANDS_SUPPRESS_BANNER": "1"}
+        return {"LLM_API_KEY": PROXY_API_KEY, **OFFLINE_ENV}
 
     def agent_kwargs(self, run: ScaffoldRun) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"skip_install": True, "load_skills": False}
