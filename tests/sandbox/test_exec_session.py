@@ -116,7 +116,10 @@ def test_killing_every_leftover_process_spares_the_session(calc_task: Path, tmp_
         try:
             await env.exec("sleep 600 &>/dev/null & disown; true")  # a leftover to kill
             result = await env.exec(kill_leftovers)
-            after = await env.exec("cat /tmp/runs; ps -eo args | grep -c '[s]leep 600' || true")
+            # SIGKILL is asynchronous: on a loaded machine the sleep may not have run its exit yet
+            # when the next command lists processes, so wait (at most 5 s) for it to be gone.
+            after = await env.exec("cat /tmp/runs; for i in $(seq 50); do n=$(ps -eo args | grep -c '[s]leep 600'); "
+                                   "[ \"$n\" = 0 ] && break; sleep 0.1; done; echo $n")
             return result.return_code, result.stdout, after.stdout, env._session.broken
         finally:
             await env.stop(delete=True)
