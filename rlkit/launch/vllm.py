@@ -64,6 +64,10 @@ class VllmServerConfig(BaseModel):
     # CPU a token at 2 streams on 2 cores, 0.31-0.34 at 16 (bench/README.md). The proxy's token timeout
     # then times a chunk's gap. `extra_args` can set it again (the last flag wins).
     stream_interval: int = 16
+    # On the CPU platform vLLM always spawns its engine core: a fresh interpreter that imports torch
+    # and vLLM again (8 s, 7 cpu-s of a 21 s start on 2 cores). Forked from the API server it starts
+    # in 13 s and serves the same tokens at the same speed (bench/vllm_boot.py). False: vLLM's spawn.
+    fork_engine_core: bool = True
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     log_dir: Path = Field(default_factory=lambda: REPO_ROOT / "logs")
@@ -126,8 +130,29 @@ _DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 1
                     "os.execv(sys.argv[1], sys.argv[1:])")
 
 
+# Runs the API server module as `-m` would, after making vLLM's CPU platform keep the start method
+# (fork) for the engine core instead of forcing spawn. Nothing changes on other platforms; where the
+# hook is gone (a newer vLLM), the server still starts, with spawn, and says so in its log.
+_API_SERVER = "vllm.entrypoints.openai.api_server"
+_FORK_ENGINE_CORE = f"""import os, runpy
+try:
+    from vllm.platforms.cpu import CpuPlatform
+    _update = CpuPlatform.check_and_update_config.__func__
+    def _keep_fork(cls, vllm_config):
+        first = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") != "fork"  # the engine core calls it again
+        _update(cls, vllm_config)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+        if first:
+            print("rlkit: the engine core forks from the API server", flush=True)
+    CpuPlatform.check_and_update_config = classmethod(_keep_fork)
+except (ImportError, AttributeError) as error:
+    print(f"rlkit: the engine core spawns ({{error!r}})", flush=True)
+runpy.run_module("{_API_SERVER}", run_name="__main__", alter_sys=True)
+"""
+
+
 def build_command(config: VllmServerConfig, python: Path, port: int) -> list[str]:
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
+    cmd = [str(python), "-m", _API_SERVER, "--model", config.model_path,
            "--host", config.host, "--port", str(port), "--dtype", config.dtype,
            "--max-model-len", str(config.max_model_len), "--seed", str(config.seed)]
     if config.served_model_name:
@@ -214,6 +239,8 @@ class VllmServer:
     def start(self) -> VllmServer:
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         command = self.command()
+        if self.config.fork_engine_core and command[1:3] == ["-m", _API_SERVER]:
+            command = [command[0], "-c", _FORK_ENGINE_CORE, *command[3:]]
         if self.config.die_with_parent and os.uname().sysname == "Linux":
             command = [command[0], "-c", _DIE_WITH_PARENT, *command]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

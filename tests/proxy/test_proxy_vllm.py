@@ -154,3 +154,15 @@ def test_the_engine_core_decodes_on_one_busy_thread(vllm_server: Any) -> None:
     spent = sorted((cpu - before.get(tid, 0.0) for tid, cpu in per_thread().items()), reverse=True)
     if omp_threads() == 1:
         assert spent[1] < 0.25 * spent[0], spent[:4]
+
+
+def test_the_engine_core_is_forked_from_the_api_server_not_spawned(vllm_server: Any) -> None:
+    """vLLM's CPU platform forces spawn: a second interpreter importing torch and vLLM (8 s of a 21 s
+    start). rlkit's launcher keeps fork; the log says which, and the engine core is the server's child."""
+    import psutil
+
+    log = vllm_server.server_log.read_text()
+    assert "rlkit: the engine core forks from the API server" in log
+    assert "rlkit: the engine core spawns" not in log
+    children = psutil.Process(vllm_server.process.pid).children(recursive=True)
+    assert any("EngineCore" in " ".join(p.cmdline()) for p in children), [p.cmdline() for p in children]
