@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlkit.scaffolds._agents import fetch_session_record
 from rlkit.scaffolds.tls import tls_context
 
 
@@ -39,6 +38,10 @@ def record_server() -> Iterator[str]:
 
 def test_three_record_fetches_load_the_ca_bundle_at_most_once(record_server: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Here, not at the top: every test worker collects this file, and harbor's agents import litellm (4 s).
+    # Before the count starts: litellm's import builds an SSL context of its own.
+    from rlkit.scaffolds._agents import fetch_session_record
+
     loads: list[object] = []
     real = ssl.SSLContext.load_verify_locations
 
