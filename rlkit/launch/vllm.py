@@ -134,7 +134,7 @@ _DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 1
 # (fork) for the engine core instead of forcing spawn. Nothing changes on other platforms; where the
 # hook is gone (a newer vLLM), the server still starts, with spawn, and says so in its log.
 _API_SERVER = "vllm.entrypoints.openai.api_server"
-_FORK_ENGINE_CORE = f"""import os, runpy
+_FORK_ENGINE_CORE = f"""import os, runpy  # {_API_SERVER}, its engine core forked (rlkit.launch.vllm)
 try:
     from vllm.platforms.cpu import CpuPlatform
     _update = CpuPlatform.check_and_update_config.__func__

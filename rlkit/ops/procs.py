@@ -51,11 +51,12 @@ def kind_of(cmd: str, name: str = "") -> str | None:
 
 
 def cmdline(proc) -> str:
-    """A psutil process's command line (its name when that is empty; '' once it is gone)."""
+    """A psutil process's command line on one line (its name when that is empty; '' once it is gone).
+    Arguments may hold newlines (a `python -c` program): they become spaces, so a report line stays one line."""
     import psutil
 
     try:
-        return " ".join(proc.cmdline()) or proc.name()
+        return " ".join(" ".join(proc.cmdline()).split()) or proc.name()
     except psutil.Error:
         return ""
 

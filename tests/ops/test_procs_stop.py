@@ -53,3 +53,17 @@ def test_a_dead_runs_ray_is_stopped_raylet_first_gcs_last(tmp_path: Path) -> Non
     events = {tuple(line.split()[:2]): float(line.split()[2]) for line in out.read_text().splitlines()}
     assert events[("raylet", "exit")] <= events[("monitor", "term")]  # the raylet is gone before the rest
     assert events[("monitor", "exit")] <= events[("gcs", "term")]  # and the GCS goes last
+
+
+def test_the_vllm_launchers_command_line_reads_as_one_vllm_line() -> None:
+    """The launcher runs vLLM's API server through a multi-line `python -c` program: cleanup and status
+    still see a vLLM server, and a report line shows it on one line, module name first."""
+    from rlkit.launch.vllm import _FORK_ENGINE_CORE
+
+    class Launched:
+        def cmdline(self) -> list[str]:
+            return ["/venv/bin/python", "-c", _FORK_ENGINE_CORE, "--model", "/m", "--port", "8000"]
+
+    line = procs.cmdline(Launched())
+    assert "\n" not in line and line.startswith("/venv/bin/python -c import os, runpy # vllm.entrypoints.openai")
+    assert procs.kind_of(line) == "vllm"
