@@ -57,6 +57,22 @@ def _in_container(proc: psutil.Process) -> bool:
         return False
 
 
+def tree_cpu_s(root: psutil.Process) -> list[tuple[psutil.Process, float]]:
+    """Each live process of `root`'s tree (root first) with its CPU seconds so far (user + system)."""
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        procs = [root]
+    out = []
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out.append((proc, times.user + times.system))
+    return out
+
+
 def process_group(proc: psutil.Process) -> str | None:
     """A host process's group, or None for a container's (counted from docker's cgroup)."""
     if proc.pid == os.getpid():

@@ -52,20 +52,12 @@ def _kind(proc: psutil.Process, me: int) -> str:
 
 
 def _sample_forever(me: int) -> None:
+    from bench.cpu_ledger import tree_cpu_s
+
     seen: dict[int, tuple[str, float]] = {}
     root = psutil.Process(me)
     while True:
-        procs = [root]
-        try:
-            procs += root.children(recursive=True)
-        except psutil.Error:
-            pass
-        for proc in procs:
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            used = times.user + times.system
+        for proc, used in tree_cpu_s(root):
             kind, before = seen.get(proc.pid, (None, 0.0))
             if kind is None:
                 kind = _kind(proc, me)

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from cpu_ledger import tree_cpu_s  # bench/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -43,16 +44,7 @@ def boot(model: str, fork: bool, work: Path) -> tuple[float, float, list[str]]:
 
     def sample() -> None:
         while not done.wait(0.1):
-            try:
-                procs = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for proc in procs:
-                try:
-                    times = proc.cpu_times()
-                except psutil.Error:
-                    continue
-                cpu[proc.pid] = times.user + times.system
+            cpu.update((proc.pid, used) for proc, used in tree_cpu_s(root))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

@@ -239,8 +239,8 @@ class VllmServer:
     def start(self) -> VllmServer:
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         command = self.command()
-        if self.config.fork_engine_core and command[1:3] == ["-m", _API_SERVER]:
-            command = [command[0], "-c", _FORK_ENGINE_CORE, *command[3:]]
+        if self.config.fork_engine_core:  # `-m <api server>` becomes the program that runs it
+            command[1:3] = ["-c", _FORK_ENGINE_CORE]
         if self.config.die_with_parent and os.uname().sysname == "Linux":
             command = [command[0], "-c", _DIE_WITH_PARENT, *command]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
