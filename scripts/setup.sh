@@ -155,10 +155,11 @@ phase_apt() {
 phase_venv() {  # $1 = venv dir, $2 = python, $3 = lock, then what to install
   local venv=$1 py=$2 locked=$3; shift 3
   if [ "$installer" = uv ]; then
-    [ -x "$venv/bin/python" ] || "$UV" venv --seed --python "$py" "$venv"
+    # No python in it: an install was cut short. uv refuses an existing folder unless told to clear it.
+    [ -x "$venv/bin/python" ] || "$UV" venv --seed --clear --python "$py" "$venv"
     "$UV" pip install --python "$venv/bin/python" --compile-bytecode "${uv_args[@]}" -c "$locked" "$@"
   else
-    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+    [ -x "$venv/bin/python" ] || "$py" -m venv --clear "$venv"
     "$venv/bin/pip" install --upgrade pip
     "$venv/bin/pip" install -c "$locked" "$@"
   fi
@@ -167,7 +168,7 @@ phase_venv() {  # $1 = venv dir, $2 = python, $3 = lock, then what to install
 phase_main() {
   if [ "$want_images" = 1 ] && [ "$installer" = uv ]; then
     # What `rlkit images` needs comes first, so the base image is built while the rest installs.
-    [ -x .venv/bin/python ] || "$UV" venv --seed --python "$PY312" .venv
+    [ -x .venv/bin/python ] || "$UV" venv --seed --clear --python "$PY312" .venv
     "$UV" pip install --python .venv/bin/python "${uv_args[@]}" -c "$LOCKS/venv.txt" -e ".[sandbox]"
     touch "$LOGS/venv-sandbox.ready"
   fi

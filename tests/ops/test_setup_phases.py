@@ -24,7 +24,9 @@ echo "$*" >> "$UV_CALLS"
 case "$1" in
   --version) echo "uv $UV_PINNED (x86_64-unknown-linux-gnu)" ;;
   venv)
-    dir="${@: -1}"; mkdir -p "$dir/bin"
+    dir="${@: -1}"
+    case " $* " in *" --clear "*) rm -rf "$dir" ;; *) [ ! -e "$dir" ] || { echo "A directory already exists at: $dir" >&2; exit 2; } ;; esac
+    mkdir -p "$dir/bin"
     for tool in python rlkit; do
       printf '#!/bin/sh\necho "%s $*" >> "$UV_CALLS"\n' "$dir/bin/$tool" > "$dir/bin/$tool"
       chmod +x "$dir/bin/$tool"
@@ -118,6 +120,19 @@ def test_a_failing_phase_names_itself_and_its_log_and_the_finished_one_keeps_its
     assert fourth.returncode == 0, fourth.stdout + fourth.stderr
     installs = [c for c in calls(root) if c.startswith("pip install")]
     assert len(installs) == 1 and installs[0].endswith("-e .[all,dev]")
+
+
+def test_a_venv_cut_short_before_its_python_was_made_is_made_again(tmp_path: Path) -> None:
+    """An interrupted setup (Ctrl-C, a full disk) can leave .venv with a lib/ and no bin/python; real uv
+    then refuses the folder ("A directory already exists"), as the stand-in does, unless told to clear it."""
+    root = checkout(tmp_path)
+    for venv in (".venv", ".venv-vllm"):
+        (root / venv / "lib" / "python3.12" / "site-packages").mkdir(parents=True)
+    result = setup(root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (root / ".venv/bin/python").is_file() and (root / ".venv-vllm/bin/python").is_file()
+    assert not (root / ".venv/lib").exists()  # the half-made folder was cleared, not installed into
+    assert (root / ".venv/.rlkit-stamp").is_file() and (root / ".venv-vllm/.rlkit-stamp").is_file()
 
 
 def test_uv_gets_pips_sources_and_the_locks_and_leaves_out_the_cuda_torch_extras(tmp_path: Path) -> None:
