@@ -7,7 +7,11 @@
      is copied (no node in the image).
    - ohsdk: the SDK needs Python >= 3.12 and bookworm has 3.11, so the host's CPython
      3.12 is copied in, and /opt/openhands-sdk-venv (where harbor's agent looks) is
-     created from it offline, from a wheelhouse built on the host.
+     created from it offline around a site-packages installed on the host (uv, else pip).
+     Only what a trial imports is byte-compiled: the build imports what harbor's runner
+     imports, and compiles the agent's and its LLM client's packages whole (lazy imports).
+     Measured on 2 cores: a pip wheelhouse plus `pip install` in the build took 203 cpu-s;
+     this way takes far less (bench/README.md, agent images).
 2. `build_scaffold_image(task_image, scaffold)` is `FROM <task image>` plus
    `COPY --from=rlkit/agent-<scaffold>` and a symlink: seconds per task.
 
@@ -17,6 +21,7 @@ checks), so a trial pays nothing for it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -31,9 +36,19 @@ from rlkit.scaffolds import get_scaffold
 from rlkit.scaffolds.base import Scaffold
 
 AGENTS_ROOT = "/opt/rlkit-agents"
-CACHE_DIR = Path(__file__).resolve().parents[2] / ".rlkit" / "cache" / "agents"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+CACHE_DIR = _CHECKOUT / ".rlkit" / "cache" / "agents"
+_UV = _CHECKOUT / ".rlkit" / "uv" / "bin" / "uv"  # scripts/setup.sh installs it
+_UV_ARGS = _CHECKOUT / "scripts" / "uv_args.py"  # pip's indexes, find-links and constraints, as uv flags
 OHSDK_VENV = "/opt/openhands-sdk-venv"
 _PYTHON_LDCONF = "/etc/ld.so.conf.d/rlkit-agents-python.conf"
+AGENT_LABEL = "rlkit.agent-image"  # on a task's scaffold layer: the id of the agent image it copied
+_OHSDK_SITE = f"{OHSDK_VENV}/lib/python3.12/site-packages"
+# What harbor's openhands_sdk_runner.py imports: their bytecode is written at build time, so no trial
+# compiles them. The agent and its LLM client import submodules lazily; those two are compiled whole.
+_OHSDK_RUNNER_IMPORTS = ("openhands.sdk", "openhands.sdk.context", "openhands.sdk.event",
+                         "openhands.tools.file_editor", "openhands.tools.task_tracker", "openhands.tools.terminal")
+_OHSDK_COMPILED_WHOLE = ("openhands", "litellm")
 
 Log = Callable[[str], None]
 
@@ -60,8 +75,8 @@ def _agent_version(scaffold: Scaffold) -> str:
     return pins[0] if pins else "latest"
 
 
-def _run(cmd: list[str], *, cwd: Path | None = None, what: str) -> str:
-    proc = subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True)
+def _run(cmd: list[str], *, cwd: Path | None = None, what: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise ImageError(f"{what} failed ({proc.returncode}):\n{tail}", command=" ".join(cmd))
@@ -72,18 +87,28 @@ def image_exists(ref: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", ref], check=False, capture_output=True).returncode == 0
 
 
-def _source_of(ref: str) -> str:
-    """The task-source hash an image carries (a scaffold layer inherits its task image's)."""
-    from rlkit.sandbox.images import SOURCE_LABEL
-
-    proc = subprocess.run(["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{SOURCE_LABEL}"}}}}',
-                           ref], check=False, capture_output=True, text=True)
+def _label_of(ref: str, label: str) -> str:
+    proc = subprocess.run(["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{label}"}}}}', ref],
+                          check=False, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def layer_is_current(ref: str, task_image: str) -> bool:
-    """`ref` exists and was layered on the task image as its sources are now."""
-    return image_exists(ref) and _source_of(ref) == _source_of(task_image)
+def _image_id(ref: str) -> str:
+    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", ref], check=False, capture_output=True,
+                          text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def layer_is_current(ref: str, task_image: str, scaffold: Scaffold) -> bool:
+    """`ref` exists, was layered on the task image as its sources are now, and holds the agent image
+    as it is now (a rebuilt or re-pinned agent re-layers every task; an agent image pruned since is
+    no reason to)."""
+    from rlkit.sandbox.images import SOURCE_LABEL
+
+    if not image_exists(ref) or _label_of(ref, SOURCE_LABEL) != _label_of(task_image, SOURCE_LABEL):
+        return False
+    agent_id = _image_id(agent_image_ref(scaffold))
+    return not agent_id or _label_of(ref, AGENT_LABEL) == agent_id
 
 
 def _stage_npm(scaffold: Scaffold, stage: Path, log: Log) -> None:
@@ -118,23 +143,39 @@ def _host_python312() -> Path:
     return prefix
 
 
+def _site_install_command(python: Path, target: Path, requirements: tuple[str, ...]) -> tuple[list[str], dict]:
+    """Install into a bare folder for `python`: uv where setup.sh put it (parallel downloads, its cache),
+    else pip. Neither compiles bytecode: the image build compiles what trials import."""
+    env = dict(os.environ)
+    if _UV.is_file() and _UV_ARGS.is_file():
+        flags = _run([str(python), str(_UV_ARGS)], what="scripts/uv_args.py").split()
+        cert = _run([str(python), str(_UV_ARGS), "--cert"], what="scripts/uv_args.py --cert").strip()
+        if cert and "SSL_CERT_FILE" not in env:
+            env["SSL_CERT_FILE"] = cert
+        return [str(_UV), "pip", "install", "-q", "--python", str(python), "--target", str(target),
+                "--link-mode", "copy", *flags, *requirements], env
+    return [str(python), "-m", "pip", "install", "-q", "--no-compile", "--target", str(target), *requirements], env
+
+
 def _stage_ohsdk(scaffold: Scaffold, stage: Path, log: Log) -> None:
     recipe = scaffold.image_recipe
     assert recipe is not None
     python_prefix = _host_python312()
-    wheels = CACHE_DIR / scaffold.name / f"wheels-{_agent_version(scaffold)}"
-    done = wheels / ".complete"
+    python = python_prefix / "bin" / "python3.12"
+    site = CACHE_DIR / scaffold.name / f"site-{_agent_version(scaffold)}"
+    done = site / ".complete"
     if not done.exists():
-        log(f"… pip wheel {' '.join(recipe.pip_requirements)} (host, python {python_prefix})")
-        wheels.mkdir(parents=True, exist_ok=True)
-        _run([str(python_prefix / "bin" / "python3.12"), "-m", "pip", "wheel", "-q", "-w", str(wheels),
-              *recipe.pip_requirements], what="pip wheel")
+        shutil.rmtree(site, ignore_errors=True)
+        command, env = _site_install_command(python, site, recipe.pip_requirements)
+        log(f"… {Path(command[0]).name} install {' '.join(recipe.pip_requirements)} (host, python {python_prefix})")
+        _run(command, what=f"{Path(command[0]).name} install", env=env)
+        shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts name the host's python; trials run -m
         done.touch()
-    log("… staging CPython 3.12 and the wheelhouse")
+    log("… staging CPython 3.12 and the site-packages")
     shutil.copytree(python_prefix, stage / "python", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
                                                   "turtledemo", "*.a"))
-    shutil.copytree(wheels, stage / "wheels", ignore=shutil.ignore_patterns(".complete"))
+    shutil.copytree(site, stage / "site", symlinks=True, ignore=shutil.ignore_patterns(".complete", "__pycache__"))
 
 
 def _dockerfile_npm(scaffold: Scaffold) -> str:
@@ -145,19 +186,19 @@ def _dockerfile_ohsdk(scaffold: Scaffold) -> str:
     recipe = scaffold.image_recipe
     assert recipe is not None
     python = f"{AGENTS_ROOT}/{scaffold.name}/python"
-    reqs = " ".join(f"'{r}'" for r in recipe.pip_requirements)
     env = " ".join(f"{key}={value}" for key, value in recipe.offline_env.items())
+    whole = " ".join(f"{_OHSDK_SITE}/{package}" for package in _OHSDK_COMPILED_WHOLE)
     return (
         f"FROM {BASE_IMAGE}\n"
         f"COPY python {python}\n"
-        "COPY wheels /tmp/wheels\n"
+        f"COPY site {_OHSDK_SITE}\n"
         # The copied interpreter looks for libpython at the host's prefix; tell ld.so.
         f"RUN echo {python}/lib > {_PYTHON_LDCONF} && ldconfig \\\n"
-        f" && {python}/bin/python3.12 -m venv {OHSDK_VENV} \\\n"
-        f" && {OHSDK_VENV}/bin/pip install -q --no-index --find-links /tmp/wheels {reqs} \\\n"
-        # As trials run it: offline, litellm's import otherwise spends 3 s retrying a price-list download.
-        f" && env {env} {OHSDK_VENV}/bin/python -c 'import openhands.sdk, openhands.tools' \\\n"
-        " && rm -rf /tmp/wheels\n"
+        f" && {python}/bin/python3.12 -m venv --without-pip {OHSDK_VENV} \\\n"
+        f" && {OHSDK_VENV}/bin/python -m compileall -q -j 0 {whole} \\\n"
+        # As trials run it, offline (litellm's import otherwise spends 3 s retrying a price-list
+        # download); the import writes the bytecode of everything else a trial imports.
+        f" && env {env} {OHSDK_VENV}/bin/python -c 'import {', '.join(_OHSDK_RUNNER_IMPORTS)}'\n"
     )
 
 
@@ -200,7 +241,7 @@ def _build_agent_image(scaffold: Scaffold, ref: str, log: Log) -> str:
     return ref
 
 
-def scaffold_layer_dockerfile(task_image: str, scaffold: Scaffold) -> str:
+def scaffold_layer_dockerfile(task_image: str, scaffold: Scaffold, agent_id: str = "") -> str:
     """The per-task layer: copy the baked agent in, put it on PATH."""
     agent = agent_image_ref(scaffold)
     root = f"{AGENTS_ROOT}/{scaffold.name}"
@@ -214,7 +255,7 @@ def scaffold_layer_dockerfile(task_image: str, scaffold: Scaffold) -> str:
     links = [f"ln -sf {root}/{target} /usr/local/bin/{name}" for name, target in recipe.links.items()]
     if links:
         lines.append("RUN " + " && ".join(links))
-    lines.append(f"LABEL rlkit.scaffold={scaffold.name}")
+    lines.append(f"LABEL rlkit.scaffold={scaffold.name}" + (f" {AGENT_LABEL}={agent_id}" if agent_id else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -225,12 +266,12 @@ def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log
         log(f"✓ {name} runs on the host; {task_image} is used as it is")
         return task_image
     ref = scaffold_image_ref(task_image, name)
-    if not force and layer_is_current(ref, task_image):
+    if not force and layer_is_current(ref, task_image, scaffold):
         log(f"✓ {ref} is up to date")
         return ref
-    build_agent_image(name, log=log)
+    agent_id = _image_id(build_agent_image(name, log=log))
     with tempfile.TemporaryDirectory(prefix="rlkit-scaffold-") as tmp:
-        (Path(tmp) / "Dockerfile").write_text(scaffold_layer_dockerfile(task_image, scaffold))
+        (Path(tmp) / "Dockerfile").write_text(scaffold_layer_dockerfile(task_image, scaffold, agent_id))
         _run(["docker", "build", "-q", "--network", "none", "-t", ref, tmp], what=f"docker build {ref}")
     log(f"✓ built {ref}")
     return ref
@@ -254,7 +295,7 @@ def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
         if scaffold.image_recipe is None:
             return BuildOutcome(task_id, task_image, "skipped", f"{name} runs on the host: no agent layer")
         ref = scaffold_image_ref(task_image, name)
-        existed = layer_is_current(ref, task_image)
+        existed = layer_is_current(ref, task_image, scaffold)
         try:
             ref = build_scaffold_image(task_image, name, force=force, log=log)
             if push:

@@ -57,7 +57,7 @@ def test_terminus_needs_no_layer() -> None:
 
 
 @pytest.mark.docker
-@pytest.mark.slow  # the first run bakes every agent image (npm, a pip wheelhouse, CPython 3.12)
+@pytest.mark.slow  # the first run bakes every agent image (npm, a site-packages, CPython 3.12)
 def test_baked_agents_answer_harbors_version_checks(baked_images: dict[str, str], tmp_path) -> None:
     """The exact version command each agent class runs when its install is skipped."""
     from harbor.agents.factory import AgentFactory
@@ -73,6 +73,61 @@ def test_baked_agents_answer_harbors_version_checks(baked_images: dict[str, str]
                              capture_output=True, text=True, check=False, timeout=120)
         assert out.returncode == 0, out.stderr
         assert agent.parse_version(out.stdout).startswith(version), (name, out.stdout)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_no_ohsdk_trial_compiles_what_harbors_runner_imports(baked_images: dict[str, str]) -> None:
+    """The image holds the bytecode of every module the runner's imports load: importing them as a trial
+    does, with bytecode writing on (task images may turn it off), writes no new .pyc (any loader's,
+    beartype's own cache names included), so none was compiled."""
+    from rlkit.scaffolds.bake import _OHSDK_RUNNER_IMPORTS
+    from rlkit.scaffolds.ohsdk import OFFLINE_ENV, OHSDK_VENV
+
+    program = ("import importlib, pathlib, sys\n"
+               f"venv = pathlib.Path({OHSDK_VENV!r})\n"
+               "before = set(venv.rglob('*.pyc'))\n"
+               f"for name in {list(_OHSDK_RUNNER_IMPORTS)!r}: importlib.import_module(name)\n"
+               "loaded = [m for m in list(sys.modules.values()) if str(getattr(m, '__file__', None)).startswith(str(venv))]\n"
+               "print(len(loaded), sorted(str(p) for p in set(venv.rglob('*.pyc')) - before)[:20])\n")
+    env = [arg for key, value in OFFLINE_ENV.items() for arg in ("-e", f"{key}={value}")]
+    out = subprocess.run(["docker", "run", "--rm", "--network", "none", *env, baked_images["ohsdk"],
+                          "env", "-u", "PYTHONDONTWRITEBYTECODE", f"{OHSDK_VENV}/bin/python", "-c", program],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded, written = out.stdout.split(" ", 1)
+    assert int(loaded) > 1000 and written.strip() == "[]", out.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_changed_agent_image_re_layers_the_task_and_an_unchanged_one_does_not(
+        baked_images: dict[str, str], task_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's scaffold layer is current only while it holds the agent image as it is now: a re-pinned or
+    rebuilt agent (a new image id) layers every task again. Private tags, so no other test sees them."""
+    import uuid
+
+    from rlkit.scaffolds import bake
+
+    tag = uuid.uuid4().hex[:10]
+    agent, task = f"rlkit/agent-oc-{tag}:v", f"rlkit-task/bake-{tag}:latest"
+    subprocess.run(["docker", "tag", bake.agent_image_ref(get_scaffold("oc")), agent], check=True)
+    subprocess.run(["docker", "tag", task_image, task], check=True)
+    monkeypatch.setattr(bake, "agent_image_ref", lambda scaffold: agent)
+    logs: list[str] = []
+    try:
+        ref = build_scaffold_image(task, "oc", log=logs.append)
+        assert logs[-1] == f"✓ built {ref}" and bake._label_of(ref, bake.AGENT_LABEL) == bake._image_id(agent)
+        build_scaffold_image(task, "oc", log=logs.append)
+        assert logs[-1] == f"✓ {ref} is up to date"
+        rebuilt = subprocess.run(["docker", "build", "-q", "-t", agent, "--label", f"rebuilt={tag}", "-"],
+                                 input=f"FROM {agent}\n", capture_output=True, text=True, check=False)
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        build_scaffold_image(task, "oc", log=logs.append)
+        assert logs[-1] == f"✓ built {ref}" and bake._label_of(ref, bake.AGENT_LABEL) == bake._image_id(agent)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", agent, task, f"rlkit-task/bake-{tag}:oc"], capture_output=True,
+                       check=False)
 
 
 def test_ohsdk_bake_refuses_to_copy_a_distro_python(monkeypatch: pytest.MonkeyPatch) -> None:
