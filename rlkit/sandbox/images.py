@@ -146,6 +146,12 @@ def inspect_labels(api, ref: str) -> dict[str, str] | None:
     return None if info is None else (info.get("Config") or {}).get("Labels") or {}
 
 
+def image_id(api, ref: str) -> str | None:
+    """The id of a local image (None when there is no such image)."""
+    info = _inspect(api, ref)
+    return None if info is None else info["Id"]
+
+
 # One build per image at a time in this process; concurrent trials of a task wait for it.
 _build_locks: dict[str, threading.Lock] = {}
 _build_locks_guard = threading.Lock()

@@ -107,8 +107,11 @@ def test_a_changed_agent_image_re_layers_the_task_and_an_unchanged_one_does_not(
     rebuilt agent (a new image id) layers every task again. Private tags, so no other test sees them."""
     import uuid
 
+    from rlkit.sandbox.docker_api import api_client
+    from rlkit.sandbox.images import image_id, inspect_labels
     from rlkit.scaffolds import bake
 
+    api = api_client()
     tag = uuid.uuid4().hex[:10]
     agent, task = f"rlkit/agent-oc-{tag}:v", f"rlkit-task/bake-{tag}:latest"
     subprocess.run(["docker", "tag", bake.agent_image_ref(get_scaffold("oc")), agent], check=True)
@@ -117,14 +120,14 @@ def test_a_changed_agent_image_re_layers_the_task_and_an_unchanged_one_does_not(
     logs: list[str] = []
     try:
         ref = build_scaffold_image(task, "oc", log=logs.append)
-        assert logs[-1] == f"✓ built {ref}" and bake._label_of(ref, bake.AGENT_LABEL) == bake._image_id(agent)
+        assert logs[-1] == f"✓ built {ref}" and inspect_labels(api, ref)[bake.AGENT_LABEL] == image_id(api, agent)
         build_scaffold_image(task, "oc", log=logs.append)
         assert logs[-1] == f"✓ {ref} is up to date"
         rebuilt = subprocess.run(["docker", "build", "-q", "-t", agent, "--label", f"rebuilt={tag}", "-"],
                                  input=f"FROM {agent}\n", capture_output=True, text=True, check=False)
         assert rebuilt.returncode == 0, rebuilt.stderr
         build_scaffold_image(task, "oc", log=logs.append)
-        assert logs[-1] == f"✓ built {ref}" and bake._label_of(ref, bake.AGENT_LABEL) == bake._image_id(agent)
+        assert logs[-1] == f"✓ built {ref}" and inspect_labels(api, ref)[bake.AGENT_LABEL] == image_id(api, agent)
     finally:
         subprocess.run(["docker", "rmi", "-f", agent, task, f"rlkit-task/bake-{tag}:oc"], capture_output=True,
                        check=False)
