@@ -2,7 +2,7 @@
 
 The one home of the parser probe. The proxy runs it in-process at start (it has the
 tokenizer loaded); preflight (`rlkit.validate.parser_probe`) runs it in a subprocess.
-There it takes the light path where the model allows (`rlkit.proxy._light_probe`: verl's
+There it takes the light path where the model allows (`rlkit.proxy._light_tokenizer`: verl's
 parser module without verl's package imports, the template rendered with jinja2 and
 tokenized with `tokenizers`, no transformers), else transformers' AutoTokenizer; `--full`
 forces AutoTokenizer and a plain `import verl`. The proxy's per-call wrapper of verl's
@@ -154,7 +154,7 @@ def describe(verdict: dict) -> str:
 
 async def probe(model_dir: str, parser_name: str, budget_s: float | None = None, *, full: bool = False) -> dict:
     if not full:
-        from rlkit.proxy._light_probe import NeedsTransformers, light_tokenizer
+        from rlkit.proxy._light_tokenizer import NeedsTransformers, light_tokenizer
 
         try:
             return await probe_tokenizer(light_tokenizer(model_dir), parser_name, budget_s)
@@ -170,7 +170,7 @@ def preload_verl_parsers() -> None:
     tensordict, ray: ~2 s of CPU), for a process that uses nothing else of verl: the probe and
     `rlkit proxy serve`. Where verl is imported already, or a verl plugin is configured (a verl
     run's proxy), it is the plain import."""
-    from rlkit.proxy._light_probe import load_verl_tool_parsers
+    from rlkit.proxy._light_tokenizer import load_verl_tool_parsers
 
     load_verl_tool_parsers()  # later `from verl... import` statements find it loaded
 

@@ -175,6 +175,19 @@ class ChatRenderer:
 
     @classmethod
     def from_path(cls, model_path: str) -> ChatRenderer:
+        """The model's template and tokenizer.json through jinja2 + `tokenizers` where transformers would
+        load them as is (`_light_tokenizer`: ~0.3 s of CPU instead of ~6 s, transformers importing torch),
+        else transformers' AutoTokenizer."""
+        from rlkit.proxy._light_tokenizer import NeedsTransformers, light_tokenizer
+
+        try:
+            light = light_tokenizer(model_path, same_ids=True)
+            if light.eos_token_id is None:
+                raise NeedsTransformers("no end-of-sequence token in tokenizer.json")
+            log.info("tokenizer of %s: its tokenizer.json and chat template (tokenizers + jinja2)", model_path)
+            return cls(light)
+        except NeedsTransformers as exc:
+            log.info("tokenizer of %s: transformers' AutoTokenizer (%s)", model_path, exc)
         from transformers import AutoTokenizer
 
         return cls(AutoTokenizer.from_pretrained(model_path))

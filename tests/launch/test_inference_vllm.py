@@ -24,9 +24,15 @@ pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _children() -> set[int]:
+    """This process's descendants: a session's shared vLLM (tests/fixtures/vllm.py) may be among them."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
 def test_up_serves_a_call_and_down_leaves_nothing(tiny_model_dir: Path, tmp_path: Path) -> None:
+    before = _children()
     with inference(tiny_config(tiny_model_dir, tmp_path)) as inf:
-        children = [p.pid for p in psutil.Process().children(recursive=True)]
+        children = sorted(_children() - before)
         assert len(children) >= 2  # vLLM (with its engine core) and the proxy
         answer = chat(inf.proxy.openai_base_url("s1"))
         assert answer["usage"]["completion_tokens"] == 4
@@ -107,9 +113,10 @@ def test_vllm_dying_at_start_names_its_log(tiny_model_dir: Path, tmp_path: Path)
                                                     "architectures": ["NoSuchForCausalLM"]}))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (broken / name).write_bytes((tiny_model_dir / name).read_bytes())
+    before = _children()
     with pytest.raises(LaunchError) as info, inference(tiny_config(broken, tmp_path)):
         pytest.fail("inference came up on a broken model")
     message = str(info.value)
     assert "vLLM exited with code" in message and str(tmp_path / "logs" / "it_vllm_server.log") in message
     assert "its last lines:" in message and "no_such_architecture" in info.value.fields["log_tail"]
-    assert psutil.Process().children(recursive=True) == []
+    assert _children() - before == set()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.proxy._light_probe import NeedsTransformers, light_tokenizer
+from rlkit.proxy._light_tokenizer import NeedsTransformers, light_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 NO_TOOL_CALLS = ("{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + (message.content or '')"
@@ -82,7 +82,7 @@ def test_light_and_full_probe_give_the_same_verdict_for_every_verl_parser(
 def test_light_probe_runs_verl_parsers_without_transformers_torch_or_ray(tiny_model_dir: Path) -> None:
     script = f"""
 import asyncio, json, sys
-from rlkit.proxy._light_probe import load_verl_tool_parsers
+from rlkit.proxy._light_tokenizer import load_verl_tool_parsers
 module = load_verl_tool_parsers()
 from rlkit.proxy.parsers import probe
 verdict = asyncio.run(probe({str(tiny_model_dir)!r}, "qwen3_coder"))

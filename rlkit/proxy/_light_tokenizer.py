@@ -1,11 +1,14 @@
-"""The parser probe's light path: verl's own parsers and the model's own chat template,
-without importing transformers or running verl's package `__init__`.
+"""The light path to a model's tokenizer and verl's parsers: the model's own chat template and
+tokenizer.json, without importing transformers or running verl's package `__init__`.
 
-Why: preflight's first (cold) `rlkit check` runs the probe, and on a 2-core machine
-`from transformers import AutoTokenizer` costs ~5.7 s of CPU and `import verl` ~6 s (it
-imports torch, tensordict and ray), against ~0.1 s for jinja2 + tokenizers and ~0.2 s for
-verl's tool_parser module and what it imports (pydantic, regex). Measured with
-`bench/preflight.py`; the full path is `python -m rlkit.proxy.parsers --full`.
+Used by the parser probe (preflight) and by the proxy (`ChatRenderer.from_path`).
+
+Why: on a 2-core machine `from transformers import AutoTokenizer` costs ~5.7 s of CPU (transformers 5
+imports torch on the way) and `import verl` ~6 s (torch, tensordict, ray), against ~0.1 s for jinja2 +
+tokenizers and ~0.2 s for verl's tool_parser module and what it imports (pydantic, regex). The probe
+runs in preflight's first (cold) `rlkit check` (`bench/preflight.py`); the proxy starts with every
+run, eval and inference (`bench/proxy_start.py`: `rlkit proxy serve` until it listens). The full path
+is `python -m rlkit.proxy.parsers --full`.
 
 What stays real:
 - The parsers are verl's classes, from verl's own `tool_parser` module: only the package
@@ -21,8 +24,9 @@ What stays real:
 Where transformers could load the model's tokenizer differently (no tokenizer.json, not
 byte-level BPE, custom tokenizer code, legacy special-token files, another chat template, a
 tokenizer class of the model's own that may default a special token the config leaves out)
-`light_tokenizer` raises NeedsTransformers and the probe takes transformers' tokenizer.
-tests/proxy/test_light_probe.py shows both paths give the same verdict for every verl parser.
+`light_tokenizer` raises NeedsTransformers and the caller takes transformers' tokenizer.
+tests/proxy/test_light_probe.py shows both paths give the same verdict for every verl parser;
+tests/proxy/test_light_render.py that the proxy renders, encodes and decodes the same ids and text.
 """
 
 from __future__ import annotations
@@ -160,8 +164,11 @@ def _compile(template: str) -> Any:
 
 
 class TemplateTokenizer:
-    """What the probe and verl's parsers use of a transformers fast tokenizer: apply_chat_template
-    (text only), encode, decode, convert_tokens_to_ids and the named special tokens."""
+    """What the probe, the proxy's renderer and verl's parsers use of a transformers fast tokenizer:
+    apply_chat_template (text only), encode, decode, convert_tokens_to_ids, the named special tokens
+    and the Rust tokenizer underneath (`backend_tokenizer`)."""
+
+    clean_up_tokenization_spaces = False  # light_tokenizer refuses a config that turns it on
 
     def __init__(self, backend: Any, chat_template: str, special: dict[str, str]) -> None:
         self._backend = backend
@@ -173,13 +180,13 @@ class TemplateTokenizer:
     def apply_chat_template(self, conversation: list[dict], tools: list[dict] | None = None, *,
                             tokenize: bool = False, add_generation_prompt: bool = False) -> str:
         if tokenize:
-            raise NotImplementedError("the light probe renders text only")
+            raise NotImplementedError("the light tokenizer renders text only")
         return self._template.render(messages=conversation, tools=tools, documents=None,
                                      add_generation_prompt=add_generation_prompt, **self.special_tokens_map)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if add_special_tokens:  # transformers may rebuild the post-processor that adds them
-            raise NotImplementedError("the light probe encodes without added special tokens only")
+            raise NotImplementedError("the light tokenizer encodes without added special tokens only")
         return self._backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, token_ids: int | list[int], skip_special_tokens: bool = False, **_: object) -> str:
@@ -187,8 +194,16 @@ class TemplateTokenizer:
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     @property
+    def backend_tokenizer(self) -> Any:
+        return self._backend
+
+    @property
     def unk_token_id(self) -> int | None:
         return None if self.unk_token is None else self._backend.token_to_id(self.unk_token)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return None if self.eos_token is None else self._backend.token_to_id(self.eos_token)
 
     def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | None | list[int | None]:
         def one(token: str) -> int | None:
@@ -247,16 +262,20 @@ def _same_ids(backend: Any, added: object) -> bool:
         return False
 
 
-def light_tokenizer(model_dir: str | Path) -> TemplateTokenizer:
+def light_tokenizer(model_dir: str | Path, *, same_ids: bool = False) -> TemplateTokenizer:
     """A TemplateTokenizer for the model. NeedsTransformers unless decoding is byte-level BPE (any
     tokenizer class transformers picks then decodes the same text), the config's added tokens have
     tokenizer.json's ids, and every named special token comes from the config (a model's own
-    class may default the ones it leaves out)."""
+    class may default the ones it leaves out). `same_ids` (the proxy, which records the ids): also
+    unless transformers reads tokenizer.json as is; a model's own class (Qwen2Tokenizer) builds its
+    own pre-tokenizer, which the parser probe's verdict does not depend on but a prompt's ids may."""
     path = Path(model_dir)
     config = _read_json(path / "tokenizer_config.json")
     if (reason := _refusal(path, config)) is not None:
         raise NeedsTransformers(reason)
     assert config is not None
+    if same_ids and config.get("tokenizer_class") not in GENERIC_CLASSES:
+        raise NeedsTransformers(f"{config.get('tokenizer_class')} builds its own pre-tokenizer")
     template = _template(path, config)
     if template is None:
         raise NeedsTransformers("transformers may pick another chat template")
