@@ -7,6 +7,7 @@ processes, and only records, metrics and file paths cross between them.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ class PolicyWorker:
         torch.set_num_threads(threads or os.cpu_count() or 1)  # Ray sets OMP threads to the actor's num_cpus
         torch.manual_seed(int(cfg.get("seed", 0)))
         self.cfg = cfg
+        self.model_dir = model_dir
         self.updater = PolicyUpdater(model_dir, AlgoConfig(**cfg["algo"]), OptimConfig(**cfg["optim"]), device="cpu")
         # probe tokens and the trainer's logprobs of them before the weights last changed
         self._probe: tuple[list[int], list[int], list[float]] | None = None
@@ -42,6 +44,16 @@ class PolicyWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    @functools.cached_property
+    def _flops(self) -> Any:
+        from rlkit.train.perf import flops_estimator
+
+        return flops_estimator(self.model_dir)
+
+    def estimated_tflops(self, tokens: int, seqlens: list[int], seconds: float) -> float | None:
+        """verl's FLOP/s formula for this policy (`rlkit.train.perf`), here where verl is loaded already."""
+        return None if self._flops is None else self._flops(tokens, seqlens, seconds)
 
     def update(self, records: Sequence[TrialRecord]) -> dict[str, float]:
         """Build the batch from the step's trainable trials, compute advantages and losses, step the optimizer."""

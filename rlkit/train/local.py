@@ -272,7 +272,6 @@ class LocalTrainer:
             for moved in set_aside_stale_steps(trials, start):
                 self.progress.note(f"set aside an interrupted step's trials: {moved}")
         lock.update(phase="ray", total_steps=last)
-        perf = StepPerf(model_path, self.resolved.path("RLKIT_CACHE_DIR"))
         with local_ray(self.paths) as ray_children:
             self.stop.reinstall()  # ray.init put its own SIGTERM handler in place
             # what outlives a kill -9 of this process: the reaper (or `rlkit cleanup`) removes it
@@ -284,6 +283,8 @@ class LocalTrainer:
                 leftovers += [str(p) for p in inf.leftovers()]
                 lock.update(children=ray_children + process_ids(inf.processes()), leftovers=leftovers)
                 policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
+                perf = StepPerf(model_path, self.resolved.path("RLKIT_CACHE_DIR"),  # verl's formula in the actor
+                                estimate=lambda *args: ray.get(policy.estimated_tflops.remote(*args)))
                 rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None)

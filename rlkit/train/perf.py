@@ -12,7 +12,9 @@ matmul with as many threads as the policy actor uses, run once in a subprocess a
 RLKIT_CACHE_DIR per machine (host, CPU model, cores). A measurement taken while the machine
 was busy reads low; when an update reaches more than it, the peak becomes that rate (and is
 cached), so MFU never reads above 1. None of this may stop a run: a failure logs once and
-leaves the perf metrics out.
+leaves the perf metrics out. The formula runs where verl is loaded already (the local trainer's policy
+actor, `flops_estimator`), not in the run's own process: importing verl's flops_counter there (verl,
+transformers, torch) cost every run ~8 s of CPU and ~400 MiB.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -101,14 +103,33 @@ def peak_tflops(cache_dir: Path | None, timeout_s: float = 120.0) -> float | Non
     return tflops
 
 
-class StepPerf:
-    """Per-step throughput and MFU for one run (the model's config read once)."""
+FlopsEstimate = Callable[[int, list[int], float], "float | None"]  # (tokens, seqlens, seconds) -> TFLOP/s
 
-    def __init__(self, model_path: str | Path, cache_dir: Path | None) -> None:
+
+def flops_estimator(model_path: str | Path) -> FlopsEstimate | None:
+    """verl's FLOP/s formula for the model's type (None without a readable config.json or a formula
+    for its type). Imports verl's flops_counter: call it where verl is loaded already."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    from verl.utils import flops_counter
+
+    formula = flops_counter.ESTIMATE_FUNC.get(str(config.get("model_type")))
+    if formula is None:
+        return None
+    fields = SimpleNamespace(**config)
+    return lambda tokens, seqlens, seconds: formula(fields, tokens, seqlens, seconds)
+
+
+class StepPerf:
+    """Per-step throughput and MFU for one run. `estimate` computes verl's FLOP/s formula (in the policy
+    actor for the local trainer); without it, `flops_estimator` runs in this process."""
+
+    def __init__(self, model_path: str | Path, cache_dir: Path | None, estimate: FlopsEstimate | None = None) -> None:
         self.model_path = Path(model_path)
         self.cache_dir = cache_dir
-        self._estimate: Any = None  # verl's FLOP/s formula for this model type
-        self._config: Any = None
+        self._estimate = estimate
         self._peak: float | None = None
         self._ready = False
         self._broken = False
@@ -118,14 +139,8 @@ class StepPerf:
             return
         self._ready = True
         self._peak = peak_tflops(self.cache_dir)
-        try:
-            config = json.loads((self.model_path / "config.json").read_text())
-        except (OSError, ValueError):
-            return
-        from verl.utils import flops_counter
-
-        self._config = SimpleNamespace(**config)
-        self._estimate = flops_counter.ESTIMATE_FUNC.get(str(config.get("model_type")))
+        if self._estimate is None:
+            self._estimate = flops_estimator(self.model_path)
 
     def metrics(self, records: Sequence[Any], metrics: Mapping[str, float]) -> dict[str, float]:
         """From the step's records and its timings (timing_s/gen, update_actor, step; perf/update_tokens);
@@ -158,7 +173,9 @@ class StepPerf:
             seqlens = [len(s.prompt_ids) + len(s.response_ids) for r in records if r.trainable for s in r.segments]
             scale = tokens / sum(seqlens) if sum(seqlens) else 1.0  # the batch's cuts, spread over the sequences
             seqlens = [max(1, round(n * scale)) for n in seqlens]
-            achieved = self._estimate(self._config, sum(seqlens), seqlens, update_s)  # TFLOP/s
+            achieved = self._estimate(sum(seqlens), seqlens, update_s)  # TFLOP/s
+            if achieved is None:
+                return out
             if achieved > self._peak:  # the measurement ran on a busy machine: this update is the best seen
                 self._peak = achieved
                 remember_peak(self.cache_dir, achieved, "an update's rate (above the matmul measured)")

@@ -60,3 +60,31 @@ def test_a_perf_failure_never_stops_the_run(tmp_path: Path, caplog: pytest.LogCa
     assert step.metrics(broken, {"timing_s/gen": 1.0}) == {}
     assert step.metrics([_record(1, 1)], {"timing_s/gen": 1.0}) == {}  # left out from then on
     assert [r.message for r in caplog.records if "perf metrics left out" in r.message]
+
+
+def test_a_run_process_computes_mfu_without_importing_verl_transformers_or_torch(tmp_path: Path,
+                                                                                 tiny_model_dir: Path) -> None:
+    """The local trainer hands verl's formula to its policy actor (`PolicyWorker.estimated_tflops`): the run's
+    own process gets the same MFU from it and never imports verl's flops_counter (verl, transformers, torch)."""
+    import sys
+
+    (tmp_path / perf.PEAK_FILE).write_text(json.dumps({perf.machine_key(): {"tflops": 0.1}}))
+    code = (
+        "import json, sys\n"
+        "from types import SimpleNamespace as N\n"
+        "from rlkit.train.perf import StepPerf\n"
+        f"step = StepPerf({str(tiny_model_dir)!r}, __import__('pathlib').Path({str(tmp_path)!r}),\n"
+        "                estimate=lambda tokens, seqlens, s: 0.025)\n"
+        "seg = N(prompt_ids=[1] * 100, response_ids=[2] * 50, response_mask=[1] * 50)\n"
+        "out = step.metrics([N(segments=[seg], masked=False, trainable=True)],\n"
+        "                   {'timing_s/update_actor': 1.0, 'perf/update_tokens': 150.0})\n"
+        "print(json.dumps([out['perf/mfu/actor'], [m for m in ('verl', 'transformers', 'torch') if m in sys.modules]]))\n")
+    mfu, heavy = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                           timeout=120).stdout)
+    assert mfu == pytest.approx(0.25) and heavy == []
+    estimate = perf.flops_estimator(tiny_model_dir)  # what the actor runs
+    config = SimpleNamespace(**json.loads((tiny_model_dir / "config.json").read_text()))
+    from verl.utils.flops_counter import ESTIMATE_FUNC
+
+    assert estimate is not None and estimate(150, [150], 1.0) == ESTIMATE_FUNC["qwen3"](config, 150, [150], 1.0)
+    assert perf.flops_estimator(tmp_path) is None  # no config.json: MFU left out, the run goes on
