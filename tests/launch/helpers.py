@@ -23,10 +23,12 @@ def vllm_python_or_skip() -> Path:
 
 
 def tiny_config(model_dir: Path, work: Path, **extra: object) -> InferenceConfig:
-    """Inference of the tiny policy with logs and scratch under `work`."""
+    """Inference of the tiny policy with logs and scratch under `work`. Its callers speak OpenAI, so the proxy
+    skips the Anthropic adapter's import at start (test_inference.py covers who gets it)."""
     values: dict[str, object] = {"model_path": str(model_dir), "exp_name": "it", "log_dir": work / "logs",
                                  "max_model_len": 4096, "tool_call_parser": "qwen3_coder",
-                                 "scratch_dir": work / "scratch", "vllm_python": str(vllm_python_or_skip())}
+                                 "scratch_dir": work / "scratch", "vllm_python": str(vllm_python_or_skip()),
+                                 "warm_anthropic": False}
     return InferenceConfig(**{**values, **extra})
 
 

@@ -170,7 +170,8 @@ def test_model_class_with_every_defaulted_token_set_takes_the_light_path(tiny_mo
 def test_the_proxy_process_loads_verls_parsers_without_verls_package_imports(tiny_model_dir: Path, tmp_path: Path) -> None:
     """`rlkit proxy serve` (a run's proxy when no verl plugin is set) skips verl's `__init__` (~1.2 s of CPU of
     every start): verl's tool_parser module loads alone, and its parsers still read the template's tool calls
-    (the start-up check parses one; --strict-parser-check exits if it does not)."""
+    (the start-up check parses one; --strict-parser-check exits if it does not). Its tokenizer is the light one
+    (tokenizers + jinja2): transformers, which imports torch (~7 s of CPU), is never imported."""
     import os
     import signal
 
@@ -200,4 +201,5 @@ def test_the_proxy_process_loads_verls_parsers_without_verls_package_imports(tin
     imported = {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
     assert "verl.tools.schemas" in imported  # what verl's tool_parser module imports
     assert not {"verl.protocol", "verl.experimental.agent_loop.agent_loop", "tensordict"} & imported
+    assert "tokenizers" in imported and not {"transformers", "torch", "ray", "litellm"} & imported
     assert "does not match the chat template" not in err
