@@ -35,7 +35,6 @@ class PolicyWorker:
         torch.set_num_threads(threads or os.cpu_count() or 1)  # Ray sets OMP threads to the actor's num_cpus
         torch.manual_seed(int(cfg.get("seed", 0)))
         self.cfg = cfg
-        self.model_dir = model_dir
         self.updater = PolicyUpdater(model_dir, AlgoConfig(**cfg["algo"]), OptimConfig(**cfg["optim"]), device="cpu")
         # probe tokens and the trainer's logprobs of them before the weights last changed
         self._probe: tuple[list[int], list[int], list[float]] | None = None
@@ -49,7 +48,7 @@ class PolicyWorker:
     def _flops(self) -> Any:
         from rlkit.train.perf import flops_estimator
 
-        return flops_estimator(self.model_dir)
+        return flops_estimator(self.updater.model_dir) if self.updater.model_dir is not None else None
 
     def estimated_tflops(self, tokens: int, seqlens: list[int], seconds: float) -> float | None:
         """verl's FLOP/s formula for this policy (`rlkit.train.perf`), here where verl is loaded already."""
