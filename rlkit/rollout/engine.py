@@ -89,6 +89,18 @@ class EngineConfig(BaseModel):
         return self.trials_root / self.project / self.experiment / f"step_{step}"
 
 
+def preload(scaffold: str, backend: str, agent: str = "model") -> float:
+    """`rlkit.rollout.trial.preload` for an engine's agent (the scaffold's agent class when agent='model')."""
+    from rlkit.rollout.trial import preload as preload_trial
+
+    if agent == "model":
+        from rlkit.scaffolds import get_scaffold
+
+        found = get_scaffold(scaffold)
+        return preload_trial(found.agent_import_path, found.environment_import_path(backend))
+    return preload_trial(agent, backend)
+
+
 class RolloutEngine:
     """Runs trials of index rows; see the module docstring."""
 

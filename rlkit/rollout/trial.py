@@ -157,6 +157,23 @@ def trial_config(spec: TrialSpec, session: str):
     )
 
 
+def preload(agent: str | dict[str, Any] | Any, backend: str) -> float:
+    """Import what a process's first trial imports inside harbor's `Trial` constructor: harbor's trial,
+    the agent's and the sandbox's classes and the verifier. Those imports are synchronous, so in the first
+    trial they stall every trial on the event loop (4-5 s alone, 66-85 s on a loaded 2-core machine);
+    a worker calls this while it waits for other things. Returns the seconds it took."""
+    started = time.perf_counter()
+    from harbor.trial.trial import Trial  # noqa: F401 -- the import is the point
+    from harbor.utils.import_path import import_class
+
+    import_paths = [environment_import_path(backend), VERIFIER_IMPORT_PATH]
+    if (config := agent_config(agent)).import_path:
+        import_paths.append(config.import_path)
+    for path in import_paths:
+        import_class(path, label="preload")
+    return time.perf_counter() - started
+
+
 def _session_name(spec: TrialSpec) -> str:
     if spec.session:
         return spec.session

@@ -123,12 +123,23 @@ class RolloutWorker:
     """Runs a step's trials through the rollout engine (and validation passes). Runs as an async Ray actor,
     so `progress()` answers while a step is in flight."""
 
-    def __init__(self, engine_config: dict[str, Any], val_config: dict[str, Any] | None = None) -> None:
+    def __init__(self, scaffold: str, backend: str) -> None:
+        """Started before inference is up: the trial stack's imports run while vLLM boots, not in the
+        first trial (where they stall the event loop every trial of the step runs on)."""
+        from rlkit.rollout.engine import preload
+
+        self.preload_s = preload(scaffold, backend)
+        self.engine: Any = None
+        self.val_engine: Any = None
+        self._progress: dict[str, Any] = {"done": 0, "passed": 0, "masked": 0, "total": 0}
+
+    async def configure(self, engine_config: dict[str, Any], val_config: dict[str, Any] | None = None) -> float:
+        """The engines, once the proxy's address is known. Returns the preload's seconds."""
         from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
         self.engine = RolloutEngine(EngineConfig(**engine_config))
         self.val_engine = RolloutEngine(EngineConfig(**val_config)) if val_config else None
-        self._progress: dict[str, Any] = {"done": 0, "passed": 0, "masked": 0, "total": 0}
+        return self.preload_s
 
     async def run_step(self, step: int, rows: Sequence[IndexRow]) -> StepResult:
         self._progress = {"done": 0, "passed": 0, "masked": 0, "total": len(rows) * self.engine.config.n_resp}

@@ -277,26 +277,32 @@ class LocalTrainer:
             # what outlives a kill -9 of this process: the reaper (or `rlkit cleanup`) removes it
             leftovers = [str(p) for p in (session_dir(),) if p]
             lock.update(children=ray_children, phase="inference", leftovers=leftovers)
+            # The actors start while vLLM boots, on the cores its start leaves idle: the policy loads (a
+            # resumed run's checkpoint too) and the rollout worker imports its trial stack.
+            policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
+            rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(str(cfg.SCAFFOLD), str(cfg.BACKEND))
+            resuming = (policy.load_checkpoint.remote(str(ckpt_root)),
+                        policy.save_hf.remote(str(weights_dir))) if start else None
             inf_config = InferenceConfig.from_run_config(cfg, root=self.resolved.root, log_dir=self.paths.logs,
                                                          model_path=model_path)
             with inference(inf_config) as inf:
                 leftovers += [str(p) for p in inf.leftovers()]
                 lock.update(children=ray_children + process_ids(inf.processes()), leftovers=leftovers)
-                policy = ray.remote(PolicyWorker).options(num_cpus=1).remote(model_path, policy_config(cfg))
                 perf = StepPerf(model_path, self.resolved.path("RLKIT_CACHE_DIR"),  # verl's formula in the actor
                                 estimate=lambda *args: ray.get(policy.estimated_tflops.remote(*args)))
-                rollout = ray.remote(RolloutWorker).options(num_cpus=1).remote(
+                preload_s = ray.get(rollout.configure.remote(
                     self._engine_config(inf, self.paths.exp),
-                    self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None)
+                    self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None))
+                log.info("the rollout worker imported its trial stack in %.1fs while inference started", preload_s)
                 # the actors' processes too: after a kill -9 the reaper stops them before removing sandboxes
                 actor_pids = ray.get([policy.pid.remote(), rollout.pid.remote()])
                 lock.update(phase="actors", children=ray_children + process_ids(actor_pids + inf.processes()))
                 self.progress.start_run(start, last)
-                if start:
+                if resuming:
                     self.progress.phase(f"resume from global_step_{start}")
-                    extra = ray.get(policy.load_checkpoint.remote(str(ckpt_root))) or {}
+                    extra = ray.get(resuming[0]) or {}
                     start = int(extra.get("global_step", start))
-                    saved = ray.get(policy.save_hf.remote(str(weights_dir)))
+                    saved = ray.get(resuming[1])
                     report = inf.sync_weights(weights_dir, probe=LogprobProbe(*saved["probe"]))
                     self.progress.note(f"resumed {cfg.EXP_NAME} at global_step_{start} "
                                        f"(weights live in vLLM in {saved['seconds']:.1f}s, "
