@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from rlkit.config.resolve import ResolvedConfig
@@ -106,8 +110,25 @@ def inference_for(model_path: str | None, s: PassSettings, log_dir: Path, exp_na
                              max_response_tokens=s.max_call_tokens, exp_name=exp_name,
                              log_dir=log_dir, served_model_name=s.served_model_name or "policy",
                              seed=s.seed or 0, warm_anthropic=speaks_anthropic(s.scaffold))
+    preloading = preload_while(s.scaffold or "terminus", s.backend or "docker")
     with inference(config) as stack:
+        preloading.join()
         yield stack
+
+
+def preload_while(scaffold: str, backend: str) -> threading.Thread:
+    """The trial stack's imports in a thread, while vLLM boots (see rlkit.rollout.trial.preload)."""
+    from rlkit.rollout.engine import preload
+
+    def run() -> None:
+        try:
+            log.info("trial stack preloaded in %.1fs", preload(scaffold, backend))
+        except Exception as exc:  # noqa: BLE001 -- the first trial imports (and reports) it again
+            log.debug("preload failed: %s", exc)
+
+    thread = threading.Thread(target=run, name="rlkit-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def engine_for(s: PassSettings, agent: str, stack: Any, trials_root: Path, experiment: str) -> Any:
