@@ -8,6 +8,7 @@ processes, and only records, metrics and file paths cross between them.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -128,13 +129,18 @@ class RolloutWorker:
         first trial (where they stall the event loop every trial of the step runs on)."""
         from rlkit.rollout.engine import preload
 
-        self.preload_s = preload(scaffold, backend)
+        try:
+            self.preload_s: float | None = preload(scaffold, backend)
+        except Exception as exc:  # noqa: BLE001 -- the trials import it again and report it as their outcome
+            logging.getLogger(__name__).warning("preloading the trial stack failed: %s", exc)
+            self.preload_s = None
         self.engine: Any = None
         self.val_engine: Any = None
         self._progress: dict[str, Any] = {"done": 0, "passed": 0, "masked": 0, "total": 0}
 
-    async def configure(self, engine_config: dict[str, Any], val_config: dict[str, Any] | None = None) -> float:
-        """The engines, once the proxy's address is known. Returns the preload's seconds."""
+    async def configure(self, engine_config: dict[str, Any],
+                        val_config: dict[str, Any] | None = None) -> float | None:
+        """The engines, once the proxy's address is known. Returns the preload's seconds (None: it failed)."""
         from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
         self.engine = RolloutEngine(EngineConfig(**engine_config))

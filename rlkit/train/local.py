@@ -293,7 +293,8 @@ class LocalTrainer:
                 preload_s = ray.get(rollout.configure.remote(
                     self._engine_config(inf, self.paths.exp),
                     self._engine_config(inf, self.paths.val_exp, seeded=True) if val_rows else None))
-                log.info("the rollout worker imported its trial stack in %.1fs while inference started", preload_s)
+                if preload_s is not None:
+                    log.info("the rollout worker imported its trial stack in %.1fs while inference started", preload_s)
                 # the actors' processes too: after a kill -9 the reaper stops them before removing sandboxes
                 actor_pids = ray.get([policy.pid.remote(), rollout.pid.remote()])
                 lock.update(phase="actors", children=ray_children + process_ids(actor_pids + inf.processes()))

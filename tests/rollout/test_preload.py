@@ -66,3 +66,17 @@ def test_after_a_preload_the_first_trial_of_every_scaffold_imports_nothing_heavy
         assert len(trial["new"]) < 50, (trial["scaffold"], trial["new"])  # without the preload: ~2,800
         print(f"\n{trial['scaffold']}: preload {trial['preload_s']:.2f}s, first Trial.create "
               f"{trial['create_s']:.2f}s ({len(trial['new'])} modules)")
+
+
+def test_a_rollout_worker_whose_preload_fails_still_starts_and_leaves_it_to_the_trials() -> None:
+    """A preload that raises (here: an unknown scaffold) is logged; the trials import again and report it."""
+    import asyncio
+
+    from rlkit.rollout.engine import EngineConfig
+    from rlkit.train.actors import RolloutWorker
+
+    worker = RolloutWorker("no-such-scaffold", "docker")
+    assert worker.preload_s is None and worker.engine is None
+    config = EngineConfig(model_name="policy", proxy_url="http://127.0.0.1:9").model_dump(mode="json")
+    assert asyncio.run(worker.configure(config)) is None
+    assert worker.engine is not None and worker.val_engine is None
