@@ -29,6 +29,7 @@ NODE_ADDRESS = "127.0.0.1"
 RAY_OBJECT_STORE_BYTES = 100 * 2**20
 RAY_CPUS = 2
 RAY_START_ATTEMPTS = 3
+RAY_EXIT_WAIT_S = 5.0
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
@@ -101,10 +102,37 @@ def local_ray(paths: RunPaths) -> Iterator[list[list[float]]]:
                     raise
                 log.warning("local Ray did not start (attempt %d of %d); retrying", attempt, RAY_START_ATTEMPTS)
         session = session_dir()
+        me = psutil.Process()
         try:
-            me = psutil.Process()
             children = [[p.pid, p.create_time()] for p in me.children(recursive=True) if p.pid not in before]
             yield children
         finally:
+            ray_side = [p for p in me.children(recursive=True) if p.pid not in before]  # the workers too
             ray.shutdown()
+            stop_leftover_workers(ray_side)
             remove_session(session)
+
+
+def stop_leftover_workers(procs: list, wait_s: float = RAY_EXIT_WAIT_S) -> list[int]:
+    """After `ray.shutdown()`: the Ray processes (actors' workers among them) that outlive it by `wait_s`
+    are stopped. A worker leaves on its own once its raylet is gone, but a busy or loaded one took
+    seconds, and a run that has returned must leave none of its processes behind. Their pids."""
+    import psutil
+
+    from rlkit.config.owner import stop_processes
+
+    _, alive = psutil.wait_procs(procs, timeout=wait_s)
+    alive = [p for p in alive if _running(p)]
+    if alive:
+        log.info("stopping %d Ray process(es) that outlived ray.shutdown(): %s", len(alive), [p.pid for p in alive])
+        stop_processes(alive, RAY_EXIT_WAIT_S)
+    return [p.pid for p in alive]
+
+
+def _running(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

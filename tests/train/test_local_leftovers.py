@@ -33,15 +33,27 @@ with local_ray(RunPaths(Path(sys.argv[1]), "p", "e")) as children:
     def where():
         return os.getpid()
 
+    @ray.remote(num_cpus=1)
+    class Actor:
+        def pid(self):
+            return os.getpid()
+
     worker = ray.get(where.remote())
+    actor = Actor.remote()
+    actor_pid = ray.get(actor.pid.remote())
     session = session_dir()
     procs = [psutil.Process(pid) for pid, _ in children] + [psutil.Process(worker), psutil.Process()]
     found = {"session": str(session), "existed": session.is_dir(), "sockets": listening(procs)}
+    ray_side = [p for p in psutil.Process().children(recursive=True)]
+from rlkit.train.ray_local import _running
+alive = [p.pid for p in ray_side if _running(p)]
+found["alive_after"] = alive
+found["actor_alive_after"] = actor_pid in alive
 print(json.dumps(found))
 """
 
 
-def test_the_local_ray_listens_on_loopback_only_and_leaves_no_session(tmp_path: Path) -> None:
+def test_the_local_ray_listens_on_loopback_only_and_leaves_no_session_or_process(tmp_path: Path) -> None:
     """A real Ray, started as the trainer starts it (in a process of its own, as the trainer's is)."""
     from tests.train.test_local_e2e import is_loopback
 
@@ -51,10 +63,31 @@ def test_the_local_ray_listens_on_loopback_only_and_leaves_no_session(tmp_path: 
     found = json.loads(done.stdout.strip().splitlines()[-1])
     session = Path(found["session"])
     assert found["existed"] and found["sockets"], found
+    # when local_ray returns, none of its processes is left, the actor's worker included
+    assert found["alive_after"] == [] and not found["actor_alive_after"], found
     assert all(is_loopback(address) for address, *_ in found["sockets"]), found["sockets"]
     assert not session.exists()
     latest = session.parent / "session_latest"
     assert not (latest.is_symlink() and Path(os.readlink(latest)) == session)
+
+
+def test_ray_processes_that_outlive_shutdown_are_stopped() -> None:
+    """A worker that outlives `ray.shutdown()` (seen once: a run's two actors still up after it returned,
+    on a loaded machine) is stopped, a SIGTERM-proof one too; one already gone is no error."""
+    from rlkit.train.ray_local import _running, stop_leftover_workers
+
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
+           "time.sleep(120)"
+    stubborn = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert stubborn.stdout.readline().strip() == "ready"
+    gone.wait()
+    procs = [psutil.Process(stubborn.pid)]
+    started = time.monotonic()
+    assert stop_leftover_workers(procs, wait_s=0.5) == [stubborn.pid]
+    assert not _running(procs[0]) and not psutil.pid_exists(stubborn.pid)  # SIGKILLed and reaped
+    assert time.monotonic() - started < 10
+    assert stop_leftover_workers([], wait_s=0.5) == []
 
 
 def test_the_reaper_removes_the_folders_the_lock_lists_and_nothing_else(tmp_path: Path) -> None:
