@@ -82,10 +82,23 @@ def ensure_ray_token(command: Command) -> None:
         Path(path).chmod(0o600)
 
 
+RAY_HEAD_ATTEMPTS = 3
+RAY_STARTUP_TIMEOUT = "timed out during startup"  # Ray waits a fixed 30 s for its raylet to register
+
+
 def start_head(plan: LaunchPlan, say: Callable[[str], None] = print) -> None:
+    """`ray start --head`; on a loaded machine Ray's fixed 30 s wait for its raylet can run out, so that
+    failure stops what the attempt left (this run's GCS address only) and tries again, at most 3 times."""
     ensure_ray_token(plan.ray_head)
     say(f"$ {plan.ray_head.render()}")
-    proc = subprocess.run(plan.ray_head.argv, env=_env(plan.ray_head), capture_output=True, text=True, check=False)
+    for attempt in range(1, RAY_HEAD_ATTEMPTS + 1):
+        proc = subprocess.run(plan.ray_head.argv, env=_env(plan.ray_head), capture_output=True, text=True,
+                              check=False)
+        if proc.returncode == 0 or RAY_STARTUP_TIMEOUT not in (proc.stderr + proc.stdout) \
+                or attempt == RAY_HEAD_ATTEMPTS:
+            break
+        say(f"the Ray head did not start in Ray's 30 s (attempt {attempt} of {RAY_HEAD_ATTEMPTS}); retrying")
+        stop_ray(plan)
     if proc.returncode != 0:
         raise LaunchError(f"`ray start --head` failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-1500:]}",
                           fix="`rlkit cleanup CFG` stops a Ray a dead run left; `ray stop` one you started by hand; or free RAY_PORT")

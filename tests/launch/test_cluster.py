@@ -91,6 +91,35 @@ def test_every_command_executed_is_the_plan_dry_run_prints(ws, monkeypatch) -> N
         assert path.read_text() == text
 
 
+@pytest.mark.parametrize("failures, runs, stops, raises", [
+    (["The current node timed out during startup."] * 2, 3, 2, False),  # Ray's 30 s ran out twice, then up
+    (["The current node timed out during startup."] * 3, 3, 2, True),  # every attempt: the last error is raised
+    (["ValueError: port 6379 is already in use"], 1, 0, True),  # any other failure: no retry
+])
+def test_the_head_start_retries_rays_startup_timeout_only_with_a_fake_ray_start(ws, monkeypatch, failures, runs, stops,
+                                                                                raises) -> None:
+    """`ray start --head` stood in by a fake subprocess.run that fails with the given errors first."""
+    plan = build_plan(resolve(ws.config(), ws.environ()))
+    ran, stopped = [], []
+
+    class Done:
+        def __init__(self, error: str) -> None:
+            self.returncode, self.stdout, self.stderr = (1 if error else 0), "", error
+
+    def fake_run(argv, **_):
+        ran.append(argv)
+        return Done(failures[len(ran) - 1] if len(ran) <= len(failures) else "")
+
+    monkeypatch.setattr(cluster.subprocess, "run", fake_run)
+    monkeypatch.setattr(cluster, "stop_ray", lambda plan, node_address=None, grace_s=10.0: stopped.append(plan))
+    if raises:
+        with pytest.raises(LaunchError, match="ray start --head"):
+            cluster.start_head(plan, say=lambda _: None)
+    else:
+        cluster.start_head(plan, say=lambda _: None)
+    assert ran == [plan.ray_head.argv] * runs and len(stopped) == stops
+
+
 def test_missing_nodes_are_named_after_the_wait(monkeypatch) -> None:
     monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "10.0.0.1", "gpus": 8},
                                                                {"address": "10.0.0.2", "gpus": 4}])
