@@ -89,16 +89,13 @@ class EngineConfig(BaseModel):
         return self.trials_root / self.project / self.experiment / f"step_{step}"
 
 
-def preload(scaffold: str, backend: str, agent: str = "model") -> float:
-    """`rlkit.rollout.trial.preload` for an engine's agent (the scaffold's agent class when agent='model')."""
+def preload(scaffold: str, backend: str) -> float:
+    """`rlkit.rollout.trial.preload` for the policy's trials: the scaffold's agent and sandbox classes."""
     from rlkit.rollout.trial import preload as preload_trial
+    from rlkit.scaffolds import get_scaffold
 
-    if agent == "model":
-        from rlkit.scaffolds import get_scaffold
-
-        found = get_scaffold(scaffold)
-        return preload_trial(found.agent_import_path, found.environment_import_path(backend))
-    return preload_trial(agent, backend)
+    found = get_scaffold(scaffold)
+    return preload_trial(found.agent_import_path, found.environment_import_path(backend))
 
 
 class RolloutEngine:
