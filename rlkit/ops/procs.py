@@ -156,7 +156,7 @@ def stop(procs: list[Proc]) -> tuple[list[Proc], list[str]]:
     outlived SIGTERM and held every cleanup for the whole grace."""
     import psutil
 
-    from rlkit.launch.cluster import ray_stop_order
+    from rlkit.launch.ray_node import ray_stop_order
 
     targets, errors = [], []
     for p in procs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from rlkit.config.resolve import resolve
 from rlkit.errors import LaunchError, UserError
-from rlkit.launch import cluster
+from rlkit.launch import cluster, ray_node
 from rlkit.launch.nodes import is_rank0, resolve_host, this_node_address
 from rlkit.launch.plan import build_plan
 
@@ -76,7 +77,7 @@ def test_every_command_executed_is_the_plan_dry_run_prints(ws, monkeypatch) -> N
 
     monkeypatch.setattr(cluster.subprocess, "run", lambda argv, **kw: ran.append(argv) or Done())
     monkeypatch.setattr(cluster.subprocess, "Popen", Proc)
-    monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "127.0.0.1", "gpus": 2}])
+    monkeypatch.setattr(ray_node, "ray_nodes", lambda address, env=None: [{"address": "127.0.0.1", "gpus": 2}])
     logs = ws.root / "out" / "logs"
     rc = cluster.execute(plan, log=logs / "exp.log", vllm_log=logs / "exp_vllm.log", gpus_per_node=2,
                          waits=cluster.Waits(poll_s=0.01), say=lambda _: None)
@@ -111,21 +112,85 @@ def test_the_head_start_retries_rays_startup_timeout_only_with_a_fake_ray_start(
         return Done(failures[len(ran) - 1] if len(ran) <= len(failures) else "")
 
     monkeypatch.setattr(cluster.subprocess, "run", fake_run)
-    monkeypatch.setattr(cluster, "stop_ray", lambda plan, node_address=None, grace_s=10.0: stopped.append(plan))
+    monkeypatch.setattr(ray_node, "stop_ray", lambda plan, node_address=None, grace_s=10.0: stopped.append(plan))
     if raises:
         with pytest.raises(LaunchError, match="ray start --head"):
-            cluster.start_head(plan, say=lambda _: None)
+            ray_node.start_head(plan, say=lambda _: None)
     else:
-        cluster.start_head(plan, say=lambda _: None)
+        ray_node.start_head(plan, say=lambda _: None)
     assert ran == [plan.ray_head.argv] * runs and len(stopped) == stops
 
 
 def test_missing_nodes_are_named_after_the_wait(monkeypatch) -> None:
-    monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "10.0.0.1", "gpus": 8},
+    monkeypatch.setattr(ray_node, "ray_nodes", lambda address, env=None: [{"address": "10.0.0.1", "gpus": 8},
                                                                {"address": "10.0.0.2", "gpus": 4}])
     with pytest.raises(LaunchError) as err:
-        cluster.wait_for_nodes("10.0.0.1:6379", 3, 8, cluster.Waits(nodes_s=0.0), say=lambda _: None)
+        ray_node.wait_for_nodes("10.0.0.1:6379", 3, 8, ray_node.Waits(nodes_s=0.0), say=lambda _: None)
     assert "1 node(s) never joined" in err.value.message and "10.0.0.2 registered 4 of 8 GPUs" in err.value.message
+
+
+FAKE_RAY_START = """
+import sys
+from pathlib import Path
+log = Path(sys.argv[1])
+runs = log.read_text().splitlines() if log.exists() else []
+outcome = sys.argv[2].split(",")[len(runs)]
+log.write_text("\\n".join([*runs, outcome]) + "\\n")
+print("Local node IP: 127.0.0.3", flush=True)
+if outcome == "up":
+    print("Ray runtime started.", flush=True)
+sys.exit(1)  # Ray's --block loop ends with 1 when its raylet dies, and a failed start with 1 too
+"""
+
+
+@pytest.mark.parametrize("head, outcomes, runs, rc, said", [
+    # the head answers only after 3 probes: nothing is started before it
+    ([False, False, False, True, False], "up", 1, 0, "went away; this worker is done"),
+    # the head restarted under this node's start (Ray's startup timeout): joined on the 3rd start
+    ([True, True, True, False], "failed,failed,up", 3, 0, "went away; this worker is done"),
+    # up, then the worker's node ended while the head is still up: an error, no new start
+    ([True, True], "up", 1, 1, "while the head at 127.0.0.1 is still up"),
+])
+def test_a_worker_joins_only_a_head_that_answers_and_again_when_its_start_failed_with_a_fake_ray_start(
+        ws, tmp_path, monkeypatch, head, outcomes, runs, rc, said) -> None:
+    """`ray start --block` stood in by a real child that prints what Ray prints and exits; the head's
+    port stood in by a scripted `head_reachable` (its last answer repeats)."""
+    plan = build_plan(resolve(ws.config(NNODES=2), ws.environ(NODE_IP="127.0.0.3")))
+    log = tmp_path / "starts.log"
+    plan.ray_worker = dataclasses.replace(plan.ray_worker, argv=[sys.executable, "-c", FAKE_RAY_START, str(log),
+                                                                 outcomes])
+    answers = iter(head)
+    last = [head[-1]]
+    monkeypatch.setattr(ray_node, "head_reachable", lambda host, port: last.__setitem__(0, next(answers, last[0]))
+                        or last[0])
+    stopped: list[str | None] = []
+    monkeypatch.setattr(ray_node, "stop_ray", lambda plan, node_address=None, grace_s=10.0: stopped.append(node_address))
+    lines: list[str] = []
+    assert ray_node.join_as_worker(plan, ray_node.Waits(nodes_s=30, poll_s=0.01), say=lines.append) == rc
+    assert log.read_text().split() == outcomes.split(",")[:runs]
+    assert said in "\n".join(lines)
+    assert stopped == ["127.0.0.3"] * (runs - 1 + (rc == 0))  # what each failed start left, and the end
+
+
+def test_a_worker_whose_head_never_answers_says_so_within_node_wait_s(ws, tmp_path, monkeypatch) -> None:
+    plan = build_plan(resolve(ws.config(NNODES=2), ws.environ(NODE_IP="127.0.0.3")))
+    plan.ray_worker = dataclasses.replace(plan.ray_worker, argv=["false"])
+    monkeypatch.setattr(ray_node, "head_reachable", lambda host, port: False)
+    lines: list[str] = []
+    started = time.monotonic()
+    assert ray_node.join_as_worker(plan, ray_node.Waits(nodes_s=0.3, poll_s=0.05), say=lines.append) == 1
+    assert time.monotonic() - started < 5
+    assert "did not answer within NODE_WAIT_S" in lines[-1] and "127.0.0.1:" in lines[-1]
+
+
+def test_a_worker_start_that_keeps_failing_gives_up_at_node_wait_s(ws, tmp_path, monkeypatch) -> None:
+    plan = build_plan(resolve(ws.config(NNODES=2), ws.environ(NODE_IP="127.0.0.3")))
+    plan.ray_worker = dataclasses.replace(plan.ray_worker, argv=["false"])
+    monkeypatch.setattr(ray_node, "head_reachable", lambda host, port: True)
+    monkeypatch.setattr(ray_node, "stop_ray", lambda plan, node_address=None, grace_s=10.0: None)
+    lines: list[str] = []
+    assert ray_node.join_as_worker(plan, ray_node.Waits(nodes_s=0.5, poll_s=0.05), say=lines.append) == 1
+    assert "failed (1)" in lines[-1] and "within NODE_WAIT_S" in lines[-1]
 
 
 def _node(ws, cfg: Path, node_ip: str, ray_tmp: Path) -> subprocess.Popen:
@@ -164,7 +229,7 @@ def test_two_nodes_on_loopback_one_config(ws, tmp_path_factory) -> None:
             if proc is not None and proc.poll() is None:
                 proc.kill()
         plan = build_plan(resolve(cfg, ws.environ(NODE_IP="127.0.0.2")))
-        cluster.stop_ray(plan)  # anything of this run's Ray still up (only its GCS address)
+        ray_node.stop_ray(plan)  # anything of this run's Ray still up (only its GCS address)
         subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
 
 
@@ -256,7 +321,7 @@ def test_rank_0_holds_the_run_lock_while_it_runs_and_a_second_launch_refuses(ws,
 
     monkeypatch.setattr(cluster.subprocess, "run", lambda argv, **kw: Done())
     monkeypatch.setattr(cluster.subprocess, "Popen", Proc)
-    monkeypatch.setattr(cluster, "ray_nodes", lambda address, env=None: [{"address": "127.0.0.1", "gpus": 2}])
+    monkeypatch.setattr(ray_node, "ray_nodes", lambda address, env=None: [{"address": "127.0.0.1", "gpus": 2}])
 
     def launch() -> int:
         return cluster.execute(plan, log=logs / "exp.log", vllm_log=logs / "exp_vllm.log", gpus_per_node=2,
@@ -294,7 +359,7 @@ def test_ray_stops_in_rays_own_order_raylet_first_gcs_last() -> None:
     """Stopped all at once, the autoscaler's monitor outlived SIGTERM for 10+ s (the GCS was gone)."""
     from types import SimpleNamespace
 
-    from rlkit.launch.cluster import ray_stop_order
+    from rlkit.launch.ray_node import ray_stop_order
 
     def proc(*argv: str) -> SimpleNamespace:
         return SimpleNamespace(info={"cmdline": list(argv)})
