@@ -98,3 +98,32 @@ def test_cache_key_follows_tasks_model_and_settings(change: str, tiny_model_dir:
     else:
         (model / "config.json").write_text((model / "config.json").read_text() + " ")
     assert cache_key([task], model, settings) != key
+
+
+def test_the_lm_head_runs_on_masked_tokens_only_and_the_loss_is_the_full_logits_one(tiny_model_dir: Path) -> None:
+    """Two rows of different lengths (one padded): the loss and each row's sum equal the masked loss over
+    every response position's logits, while the LM head saw only the mask-1 positions."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    rng = random.Random(2)
+    records = [_record(rng, "a", 1000), _record(rng, "b", 1000)]
+    records[1].segments[0].response_ids = records[1].segments[0].response_ids[:30]
+    records[1].segments[0].response_mask = records[1].segments[0].response_mask[:30]
+    records[1].segments[0].response_logprobs = records[1].segments[0].response_logprobs[:30]
+    batch = training_batch(records, max_prompt=4096, max_response=4096, pad_id=0)
+    seen: list[int] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[0]))
+    loss, per_row = masked_nats(model, batch)
+    hook.remove()
+    assert seen == [int(batch.response_mask.sum())] == [16 + 8 + 16 + 0]  # row b: 16 model tokens, then tool output
+
+    with torch.no_grad():  # the reference: logits everywhere, the mask applied to the loss
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids).logits[:, batch.prompt_width - 1:-1].float()
+        every = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.responses, reduction="none")
+        masked = every * batch.response_mask
+    assert torch.allclose(per_row.detach(), masked.sum(dim=1), rtol=1e-5)
+    assert torch.allclose(loss.detach(), masked.sum() / batch.response_mask.sum(), rtol=1e-5)
