@@ -152,14 +152,28 @@ phase_apt() {
   [ ${#apt_later[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_later[@]}"
 }
 
+# Bytecode is written as each module is first imported, not compiled for every file at install: the
+# suite reads ~30% of the files, and compiling all of them was most of a warm-cache setup (2-3.5 min
+# on 2 cores). These machines set PYTHONDONTWRITEBYTECODE=1, which would make every process compile
+# what it imports again, so each venv carries a .pth that turns writing back on for its own
+# interpreter (Python runs a .pth's `import` line at start-up; bench/README.md, setup_time).
+bytecode_on() {  # $1 = venv dir
+  local sp
+  for sp in "$1"/lib/python3*/site-packages; do
+    [ ! -d "$sp" ] || printf 'import sys; sys.dont_write_bytecode = False\n' >"$sp/00_rlkit_bytecode.pth"
+  done
+}
+
 phase_venv() {  # $1 = venv dir, $2 = python, $3 = lock, then what to install
   local venv=$1 py=$2 locked=$3; shift 3
   if [ "$installer" = uv ]; then
     # No python in it: an install was cut short. uv refuses an existing folder unless told to clear it.
     [ -x "$venv/bin/python" ] || "$UV" venv --seed --clear --python "$py" "$venv"
-    "$UV" pip install --python "$venv/bin/python" --compile-bytecode "${uv_args[@]}" -c "$locked" "$@"
+    bytecode_on "$venv"
+    "$UV" pip install --python "$venv/bin/python" "${uv_args[@]}" -c "$locked" "$@"
   else
     [ -x "$venv/bin/python" ] || "$py" -m venv --clear "$venv"
+    bytecode_on "$venv"
     "$venv/bin/pip" install --upgrade pip
     "$venv/bin/pip" install -c "$locked" "$@"
   fi
@@ -169,6 +183,7 @@ phase_main() {
   if [ "$want_images" = 1 ] && [ "$installer" = uv ]; then
     # What `rlkit images` needs comes first, so the base image is built while the rest installs.
     [ -x .venv/bin/python ] || "$UV" venv --seed --clear --python "$PY312" .venv
+    bytecode_on .venv
     "$UV" pip install --python .venv/bin/python "${uv_args[@]}" -c "$LOCKS/venv.txt" -e ".[sandbox]"
     touch "$LOGS/venv-sandbox.ready"
   fi
@@ -184,7 +199,7 @@ phase_vllm() {
     phase_venv .venv-vllm "$PY311" "$LOCKS/venv-vllm.txt" "$VLLM_PIN"
     .venv-vllm/bin/pip uninstall -y $(grep -v '^#' "$LOCKS/venv-vllm.excludes")
   fi
-  .venv-vllm/bin/python -c "import vllm"
+  .venv-vllm/bin/python -c "import vllm.entrypoints.openai.api_server"  # works, and writes what a boot reads
   echo "$vllm_stamp" > .venv-vllm/.rlkit-stamp
 }
 
@@ -249,6 +264,7 @@ for name in apt venv vllm images; do finish_phase "$name" || true; done
 : >"$LOGS/top_level.log"
 for venv in .venv .venv-vllm; do
   if [ -x "$venv/bin/python" ]; then
+    bytecode_on "$venv"  # also in a venv installed before it was written
     "$venv/bin/python" scripts/top_level_index.py >>"$LOGS/top_level.log" 2>&1 || log "warning: $venv was not indexed ($LOGS/top_level.log)"
   fi
 done

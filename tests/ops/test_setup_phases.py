@@ -26,7 +26,7 @@ case "$1" in
   venv)
     dir="${@: -1}"
     case " $* " in *" --clear "*) rm -rf "$dir" ;; *) [ ! -e "$dir" ] || { echo "A directory already exists at: $dir" >&2; exit 2; } ;; esac
-    mkdir -p "$dir/bin"
+    mkdir -p "$dir/bin" "$dir/lib/python3.12/site-packages"
     for tool in python rlkit; do
       printf '#!/bin/sh\necho "%s $*" >> "$UV_CALLS"\n' "$dir/bin/$tool" > "$dir/bin/$tool"
       chmod +x "$dir/bin/$tool"
@@ -128,10 +128,12 @@ def test_a_venv_cut_short_before_its_python_was_made_is_made_again(tmp_path: Pat
     root = checkout(tmp_path)
     for venv in (".venv", ".venv-vllm"):
         (root / venv / "lib" / "python3.12" / "site-packages").mkdir(parents=True)
+        (root / venv / "lib" / "python3.12" / "site-packages" / "half-made").write_text("")
     result = setup(root)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (root / ".venv/bin/python").is_file() and (root / ".venv-vllm/bin/python").is_file()
-    assert not (root / ".venv/lib").exists()  # the half-made folder was cleared, not installed into
+    for venv in (".venv", ".venv-vllm"):  # the half-made folder was cleared, not installed into
+        assert not (root / venv / "lib" / "python3.12" / "site-packages" / "half-made").exists()
     assert (root / ".venv/.rlkit-stamp").is_file() and (root / ".venv-vllm/.rlkit-stamp").is_file()
 
 
@@ -145,7 +147,10 @@ def test_uv_gets_pips_sources_and_the_locks_and_leaves_out_the_cuda_torch_extras
         # PIP_FIND_LINKS wins over pip.conf's find-links, as it does for pip
         assert argv[argv.index("--find-links") + 1] == "/srv/wheels-here"
         assert argv[argv.index("--index-strategy") + 1] == "unsafe-best-match"
-        assert "--compile-bytecode" in argv
+        assert "--compile-bytecode" not in argv  # bytecode is written at first import (the .pth below)
+    for venv in (".venv", ".venv-vllm"):
+        pth = root / venv / "lib" / "python3.12" / "site-packages" / "00_rlkit_bytecode.pth"
+        assert pth.read_text() == "import sys; sys.dont_write_bytecode = False\n"
     # at the locked versions
     assert installs["main"][-4:] == ["-c", "scripts/locks/venv.txt", "-e", ".[all,dev]"]
     assert installs["vllm"][-5:] == ["-c", "scripts/locks/venv-vllm.txt", "--excludes",
