@@ -169,21 +169,20 @@ phase_venv() {  # $1 = venv dir, $2 = python, $3 = lock, then what to install
   if [ "$installer" = uv ]; then
     # No python in it: an install was cut short. uv refuses an existing folder unless told to clear it.
     [ -x "$venv/bin/python" ] || "$UV" venv --seed --clear --python "$py" "$venv"
-    bytecode_on "$venv"
     "$UV" pip install --python "$venv/bin/python" "${uv_args[@]}" -c "$locked" "$@"
   else
     [ -x "$venv/bin/python" ] || "$py" -m venv --clear "$venv"
-    bytecode_on "$venv"
     "$venv/bin/pip" install --upgrade pip
     "$venv/bin/pip" install -c "$locked" "$@"
   fi
+  bytecode_on "$venv"  # before the phase's own import check, so it writes what it reads
 }
 
 phase_main() {
   if [ "$want_images" = 1 ] && [ "$installer" = uv ]; then
     # What `rlkit images` needs comes first, so the base image is built while the rest installs.
     [ -x .venv/bin/python ] || "$UV" venv --seed --clear --python "$PY312" .venv
-    bytecode_on .venv
+    bytecode_on .venv  # `rlkit images` starts from this venv before the rest is in
     "$UV" pip install --python .venv/bin/python "${uv_args[@]}" -c "$LOCKS/venv.txt" -e ".[sandbox]"
     touch "$LOGS/venv-sandbox.ready"
   fi

@@ -32,13 +32,10 @@ class Waits:
     progress_s: float = 30.0
 
 
-def command_env(command: Command, extra: dict[str, str] | None = None) -> dict[str, str]:
+def command_env(command: Command) -> dict[str, str]:
     """The environment a plan's command runs in."""
-    env = dict(os.environ)
     # The plan prints a masked key; the real one is already in this process's environment.
-    env.update({k: v for k, v in command.env.items() if v != "****"})
-    env.update(extra or {})
-    return env
+    return {**os.environ, **{k: v for k, v in command.env.items() if v != "****"}}
 
 
 def ensure_ray_token(command: Command) -> None:
@@ -54,6 +51,7 @@ def ensure_ray_token(command: Command) -> None:
 
 RAY_HEAD_ATTEMPTS = 3
 RAY_STARTUP_TIMEOUT = "timed out during startup"  # Ray waits a fixed 30 s for its raylet to register
+RAY_NODE_UP = "Ray runtime started."  # what `ray start` prints once this node registered with the head
 
 
 def start_head(plan: LaunchPlan, say: Callable[[str], None] = print) -> None:
@@ -145,9 +143,6 @@ def join_as_worker(plan: LaunchPlan, waits: Waits, say: Callable[[str], None] = 
     say(f"the Ray head at {host} went away; this worker is done")
     stop_ray(plan, node_address=plan.node_address)
     return 0
-
-
-RAY_NODE_UP = "Ray runtime started."  # what `ray start` prints once this node registered with the head
 
 
 def _ray_start_block(command: Command) -> tuple[int, bool]:
