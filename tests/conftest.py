@@ -31,25 +31,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
 
-# What scripts/test.sh builds beside the first tests (`rlkit images agents`, ~4 min on a fresh machine): a
-# file that needs it runs after the rest, or its worker sits on the build's lock (50-88 s, three times).
-LATE_FIXTURES = frozenset({"baked_images"})
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Whole runs first, the longest first, then everything else in file order, and last the files that
-    need the agent images. scripts/test.sh runs the suite on three workers with `--dist loadfile
-    --no-loadscope-reorder`, and xdist hands files out in this order: the longest start at once and the
-    short ones fill in, so the workers end together."""
-    late_files = {item.path for item in items if LATE_FIXTURES & set(getattr(item, "fixturenames", ()))}
-    items.sort(key=lambda item: schedule_key(item, late_files))  # stable: the rest keep their order
+    """Whole runs first, the longest first, then everything else in file order. scripts/test.sh runs the
+    suite on three workers with `--dist loadfile --no-loadscope-reorder`, and xdist hands files out in
+    this order: the longest start at once and the short ones fill in, so the workers end together."""
 
+    def cost(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("whole_run")
+        return -float(mark.kwargs.get("seconds", 60)) if mark else 0.0
 
-def schedule_key(item: pytest.Item, late_files: set) -> tuple[int, float]:
-    mark = item.get_closest_marker("whole_run")
-    if mark:
-        return 0, -float(mark.kwargs.get("seconds", 60))
-    return (2 if item.path in late_files else 1), 0.0
+    items.sort(key=cost)  # stable: the rest keep their order
 
 
 OWNER_KEYS = ("RLKIT_OWNER_PID", "RLKIT_OWNER_START", "RLKIT_OWNER_PROJECT", "RLKIT_OWNER_EXPERIMENT")
