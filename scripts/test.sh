@@ -26,7 +26,8 @@ set +e
 # Three workers (RLKIT_TEST_WORKERS) on two cores: tests wait on docker, vLLM or a subprocess often
 # enough that two workers left the cores 11% idle; a third fills them (14.0 -> 12.3 min in fresh
 # clones, at least 9 GiB of 23 left free). Files stay whole on one worker (their fixtures start once);
-# tests/conftest.py puts the whole runs first.
+# tests/conftest.py puts the whole runs first, and hands the files that share the session's vLLM server
+# to one worker together (one boot, not three).
 .venv/bin/python -m pytest -n "${RLKIT_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
   --durations=25 "${markers[@]}" "$@"
 rc=$?

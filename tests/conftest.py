@@ -31,10 +31,47 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
 
+# The files whose tests use the session's vLLM server (`vllm_server`, tests/fixtures/vllm.py). xdist
+# hands them to one worker as one unit, so the suite boots that server once rather than once a worker
+# (each boot ~20 cpu-s, ~2.4 GB), and its tests still use it one at a time (some read its counters).
+VLLM_SERVER_FILES = frozenset({
+    "tests/proxy/test_proxy_vllm.py",
+    "tests/rollout/test_cli_rollout.py",
+    "tests/rollout/test_engine_vllm.py",
+    "tests/scaffolds/test_in_sandbox.py",
+    "tests/train/test_bench_engine_steps.py",
+    "tests/train/test_verl_agent_loop_worker.py",
+})
+VLLM_SERVER_UNIT = "vllm_server users"
+
+
+def work_unit(nodeid: str) -> str:
+    """What xdist hands a worker whole: the test's file, or all of VLLM_SERVER_FILES."""
+    path = nodeid.split("::", 1)[0]
+    return VLLM_SERVER_UNIT if path in VLLM_SERVER_FILES else path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneVllmServer(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return OneVllmServer(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Whole runs first, the longest first, then everything else in file order. scripts/test.sh runs the
     suite on three workers with `--dist loadfile --no-loadscope-reorder`, and xdist hands files out in
     this order: the longest start at once and the short ones fill in, so the workers end together."""
+    strays = sorted({item.nodeid.split("::", 1)[0] for item in items if "vllm_server" in getattr(item, "fixturenames", ())
+                     and work_unit(item.nodeid) != VLLM_SERVER_UNIT})
+    if strays:
+        raise pytest.UsageError(f"{', '.join(strays)} use vllm_server: add them to VLLM_SERVER_FILES in tests/conftest.py")
 
     def cost(item: pytest.Item) -> float:
         mark = item.get_closest_marker("whole_run")

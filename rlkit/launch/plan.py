@@ -54,6 +54,17 @@ def ray_auth_env(shared_dir: Path | None) -> dict[str, str]:
     return env
 
 
+# Ray prestarts a pool of worker processes when the first driver connects. The run's actors never
+# took one: 3 `ray::IDLE` processes idled to the end of each verl run on this CPU, 11 in the test
+# suite (17 cpu-s of Python starts for nothing).
+RAY_PRESTART_ENV = "RAY_prestart_worker_first_driver"
+
+
+def ray_no_prestart_env() -> dict[str, str]:
+    """For `ray start` and the driver: no prestarted pool (a user's own value wins)."""
+    return {RAY_PRESTART_ENV: os.environ.get(RAY_PRESTART_ENV, "0")}
+
+
 def ray_executable(python: str = sys.executable) -> str:
     """The `ray` of this interpreter's environment (the one verl's workers will run in)."""
     beside = Path(python).parent / "ray"
@@ -133,7 +144,7 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     me = head if head_here and not c.NODE_IP else this_node_address(c.RAY_HEAD_ADDRESS, c.NODE_IP)
     ray = ray_executable()
     run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
-    ray_env = {**ray_auth_env(resolved.path("SHARED_DIR")), **(cpu_env(run_paths) if cpu else {})}
+    ray_env = {**ray_auth_env(resolved.path("SHARED_DIR")), **ray_no_prestart_env(), **(cpu_env(run_paths) if cpu else {})}
     cpus = [f"--num-cpus={CPU_RAY_CPUS}"] if cpu else []
     ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
                                     f"--num-gpus={c.GPUS_PER_NODE}", *cpus, "--dashboard-host=127.0.0.1",

@@ -134,6 +134,8 @@ def test_cpu_device_plan(ws) -> None:
         assert command.env["VERL_PLATFORM"] == "cpu"
         assert command.env["VERL_USE_EXTERNAL_MODULES"] == "rlkit.train.verl_cpu"
         assert command.env["RLKIT_VERL_CPU_LOG_DIR"] == str(ws.root / "out" / "logs")
+    for command in (plan.ray_head, plan.ray_worker, plan.trainer):  # no pool of workers that verl never uses
+        assert command.env["RAY_prestart_worker_first_driver"] == "0"
     overrides = dict(o.split("=", 1) for o in plan.overrides)
     assert overrides["actor_rollout_ref.rollout.name"] == "vllm_http"
     assert overrides["+actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
