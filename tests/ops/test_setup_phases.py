@@ -182,7 +182,7 @@ case " $* " in
     [ -f "$WAIT_FOR" ] || { echo "the base image waited for chromium"; exit 4; } ;;
 esac
 """
-APT_PROGRAMS = {"dockerd", "debootstrap", "tmux", "chromium", "apt-get"}
+APT_PROGRAMS = {"dockerd", "mmdebstrap", "tmux", "chromium", "apt-get"}
 
 
 def path_without_apt_programs(tmp_path: Path) -> str:
@@ -214,11 +214,11 @@ def test_the_base_image_starts_once_docker_is_in_while_apt_installs_chromium(tmp
     assert result.returncode == 0, result.stdout + result.stderr
     ran = calls(root)
     apt = [c for c in ran if c.startswith("apt-get")]
-    assert apt == ["apt-get update -q", "apt-get install -y -q docker.io debootstrap tmux",
+    assert apt == ["apt-get update -q", "apt-get install -y -q docker.io mmdebstrap tmux",
                    "apt-get install -y -q chromium"]
-    # dockerd and the base image came after docker.io and debootstrap, before chromium was in.
+    # dockerd and the base image came after docker.io and mmdebstrap, before chromium was in.
     assert ran.index(apt[1]) < ran.index("rlkit images dockerd")
-    assert "[setup] apt-get install docker.io debootstrap tmux chromium: done in" in result.stdout
+    assert "[setup] apt-get install docker.io mmdebstrap tmux chromium: done in" in result.stdout
     assert "[setup] dockerd and the base image: done in" in result.stdout
 
 
