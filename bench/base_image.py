@@ -30,10 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def busy_cpu_s() -> float:
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+from bench.cpu_ledger import machine_busy_s  # after the repo root is on sys.path
 
 
 def debootstrap_way(ref: str, mirror: str) -> None:
@@ -65,9 +62,9 @@ def rlkit_way(ref: str, mirror: str) -> None:
 
 def timed(build: Callable[[str, str], None], mirror: str) -> tuple[float, float, int]:
     ref = f"rlkit-bench/base-{uuid.uuid4().hex[:8]}:latest"
-    cpu, wall = busy_cpu_s(), time.monotonic()
+    cpu, wall = machine_busy_s(), time.monotonic()
     build(ref, mirror)
-    wall, cpu = time.monotonic() - wall, busy_cpu_s() - cpu
+    wall, cpu = time.monotonic() - wall, machine_busy_s() - cpu
     size = int(subprocess.run(["docker", "image", "inspect", "-f", "{{.Size}}", ref], check=True,
                               capture_output=True, text=True).stdout)
     subprocess.run(["docker", "rmi", "-f", ref], check=False, capture_output=True)

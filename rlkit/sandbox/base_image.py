@@ -34,6 +34,8 @@ BASE_PACKAGES: tuple[str, ...] = (
     "ca-certificates", "curl", "bash", "coreutils", "tar", "gzip", "patch", "less",
 )
 FALLBACK_MIRROR = "http://deb.debian.org/debian"
+# In the recipe's hash: apt's resolver picks other alternatives than debootstrap's did (other contents).
+BUILDER = "mmdebstrap"
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,11 @@ class BaseImageRecipe:
     )
     image: str = BASE_IMAGE
     extra: dict[str, str] = field(default_factory=dict)
-    builder: str = "mmdebstrap"  # apt's resolver: its choice among alternatives differs from debootstrap's
 
     def digest(self) -> str:
         """Short hash of everything that changes the image's contents (not the mirror)."""
         body = json.dumps({"suite": self.suite, "variant": self.variant, "packages": sorted(self.packages),
-                           "changes": list(self.changes), "extra": self.extra, "builder": self.builder},
+                           "changes": list(self.changes), "extra": self.extra, "builder": BUILDER},
                           sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
