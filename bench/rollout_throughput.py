@@ -13,7 +13,8 @@ embedded trainer runs them.
 Prints trials/min, the time split (sandbox / agent / model / verifier, summed over
 trials; agent is the scaffold's own time, the model's calls taken out) and the model's
 ratio to the oracle's trials/min; then the machine's CPU a trial by process group
-(bench/cpu_ledger.py), the ceiling the vLLM engine core's CPU alone puts on that ratio, and
+(bench/cpu_ledger.py), the ceiling the vLLM engine core's CPU alone puts on that ratio, the ratio
+were inference free (the model trial less vLLM's processes) with the inference CPU 0.8x would leave, and
 the engine's steps a trial, sampled tokens a step and CPU a step (bench/engine_steps.py): the
 engine core's CPU a trial is steps times CPU a step, most of a step's CPU being fixed work.
 
@@ -65,13 +66,22 @@ def _step(agent: str, level: int, rows: list, args: argparse.Namespace, root: Pa
     return time.perf_counter() - started, result, ledger, steps
 
 
+VLLM_GROUPS = ("vLLM engine core", "vLLM API server")
+
+
 def _bound(oracle: CpuLedger, model: CpuLedger, trials: int) -> str:
-    """On a saturated machine trials/min is cores / CPU a trial: the ratio the vLLM engine core's
-    CPU alone allows, were every other part of a model trial as cheap as the oracle's whole trial."""
+    """On a saturated machine trials/min is cores / CPU a trial. Two ceilings follow: the ratio the
+    vLLM engine core's CPU alone allows, were every other part of a model trial as cheap as the oracle's
+    whole trial; and the ratio were inference free (the model trial without vLLM's processes: the
+    scaffold, its sandbox and the verifier), with the inference CPU a trial that 0.8x leaves."""
     per_oracle, engine = oracle.busy_s / trials, model.share("vLLM engine core", trials)
+    inference = sum(model.share(group, trials) for group in VLLM_GROUPS)
+    rest = model.busy_s / trials - inference
+    budget = per_oracle / 0.8 - rest
     return (f"ceiling: the engine core alone ({engine:.2f} cpu-s a trial) caps the ratio at "
-            f"{per_oracle / (per_oracle + engine):.2f}x on a saturated machine; the whole model trial's CPU "
-            f"gives {oracle.busy_s / model.busy_s:.2f}x")
+            f"{per_oracle / (per_oracle + engine):.2f}x on a saturated machine; free inference (the model trial "
+            f"less vLLM's {inference:.2f} cpu-s) gives {per_oracle / rest:.2f}x, and 0.8x leaves inference "
+            f"{budget:.2f} cpu-s a trial; the whole model trial's CPU gives {oracle.busy_s / model.busy_s:.2f}x")
 
 
 def main() -> int:
