@@ -16,7 +16,9 @@
    `COPY --from=rlkit/agent-<scaffold>` and a symlink: seconds per task.
 
 harbor's agents then find the agent installed (`skip_install` plus their version
-checks), so a trial pays nothing for it.
+checks), so a trial pays nothing for it. Each task's layer stores the whole agent again (docker keys a
+layer by its chain, so one COPY on another base is a new layer): ohsdk 0.57 GiB, cc 0.37 GiB, oc 0.17 GiB
+a task. `scaffold_layer` stops baking before a layer would leave docker's disk under DISK_RESERVE_BYTES.
 """
 
 from __future__ import annotations
@@ -271,6 +273,41 @@ def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log
     return ref
 
 
+GB = 1024 ** 3
+DISK_RESERVE_BYTES = 2 * GB  # a full disk breaks dockerd itself, and every sandbox beside the build
+
+
+def agent_payload_bytes(api, scaffold: Scaffold) -> int | None:
+    """What one task's layer of `scaffold` stores: its agent image less the base it was built on."""
+    from rlkit.sandbox.images import _inspect
+
+    agent = _inspect(api, agent_image_ref(scaffold))
+    if agent is None:
+        return None
+    recipe = scaffold.image_recipe
+    base = _inspect(api, BASE_IMAGE) if recipe is not None and recipe.pip_requirements else None
+    return int(agent["Size"]) - (int(base["Size"]) if base else 0)
+
+
+def docker_free_bytes(api) -> tuple[str, int] | None:
+    """Docker's data root and the bytes free there; None where this host cannot see it (a remote daemon)."""
+    try:
+        root = api.info().get("DockerRootDir")
+        return (root, shutil.disk_usage(root).free) if root else None
+    except OSError:
+        return None
+
+
+def disk_refusal(name: str, payload: int, root: str, free: int) -> str | None:
+    """Why the next `name` layer must not be built (None: there is room), with what to do instead."""
+    if free - payload >= DISK_RESERVE_BYTES:
+        return None
+    return (f"no room for another {name} layer: each stores {payload / GB:.2f} GiB and docker's data root "
+            f"{root} has {free / GB:.1f} GiB free (baking stops {DISK_RESERVE_BYTES / GB:.0f} GiB short of full); "
+            f"free space there (`docker image prune`, other runs' task images), move docker's data-root to a "
+            f"larger disk, or bake fewer tasks")
+
+
 def push_image(ref: str) -> None:
     _run(["docker", "push", ref], what=f"docker push {ref}")
 
@@ -283,6 +320,31 @@ def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
     from rlkit.sandbox.images import BuildOutcome
 
     scaffold = get_scaffold(name)  # unknown names fail before any build
+    payload: int | None = None  # what one task's layer stores, once the agent image exists
+    said = False
+
+    def room_for_one(task_id: str, ref: str) -> BuildOutcome | None:
+        nonlocal payload, said
+        from rlkit.sandbox.docker_api import api_client
+
+        api = api_client()
+        if payload is None:
+            payload = agent_payload_bytes(api, scaffold)
+        if payload is None:  # the agent image is built here once, before the first layer needs it
+            build_agent_image(name, log=log)
+            payload = agent_payload_bytes(api, scaffold) or 0
+        seen = docker_free_bytes(api)
+        if seen is None:
+            return None
+        root, free = seen
+        refusal = disk_refusal(name, payload, root, free)
+        if refusal:
+            return BuildOutcome(task_id, ref, "failed", refusal)
+        if not said:
+            said = True
+            log(f"… each {name} layer stores {payload / GB:.2f} GiB in {root} ({free / GB:.1f} GiB free: room "
+                f"for ~{(free - DISK_RESERVE_BYTES) // max(payload, 1)} layers)")
+        return None
 
     def layer(task_image: str, spec: object) -> BuildOutcome:
         task_id = str(getattr(spec, "task_id", task_image))
@@ -291,6 +353,10 @@ def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
         ref = scaffold_image_ref(task_image, name)
         existed = layer_is_current(ref, task_image, scaffold)
         try:
+            if force or not existed:
+                refused = room_for_one(task_id, ref)
+                if refused is not None:
+                    return refused
             ref = build_scaffold_image(task_image, name, force=force, log=log)
             if push:
                 push_image(ref)

@@ -56,6 +56,40 @@ def test_terminus_needs_no_layer() -> None:
     assert (outcome.image, outcome.status) == ("rlkit-task/calc:latest", "skipped")
 
 
+def test_baking_stops_before_a_layer_would_fill_dockers_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit test, docker stood in: every task's ohsdk layer stores the agent again (0.57 GiB), so baking a
+    large index can fill docker's disk, which breaks dockerd and every sandbox beside it. The hook says once
+    how many layers fit, builds while there is room and then refuses, naming the sizes, the disk and the fix;
+    a layer that is already current costs nothing and is never refused."""
+    from rlkit.scaffolds import bake
+
+    gb = bake.GB
+    free = [bake.DISK_RESERVE_BYTES + int(1.5 * gb)]  # room for two 0.62 GB layers
+    built: list[str] = []
+
+    def fake_build(task_image: str, name: str, **_: object) -> str:
+        built.append(task_image)
+        free[0] -= int(0.62 * gb)
+        return scaffold_image_ref(task_image, name)
+
+    monkeypatch.setattr(bake, "build_agent_image", lambda name, **_: f"rlkit/agent-{name}:v")
+    monkeypatch.setattr(bake, "agent_payload_bytes", lambda api, scaffold: int(0.62 * gb))
+    monkeypatch.setattr(bake, "docker_free_bytes", lambda api: ("/var/lib/docker", free[0]))
+    monkeypatch.setattr(bake, "layer_is_current", lambda ref, task, scaffold: task.endswith("/current:latest"))
+    monkeypatch.setattr(bake, "build_scaffold_image", fake_build)
+    monkeypatch.setattr("rlkit.sandbox.docker_api.api_client", lambda **_: object())
+    logs: list[str] = []
+    layer = bake.scaffold_layer("ohsdk", log=logs.append)
+    outcomes = [layer(f"rlkit-task/t{i}:latest", None) for i in range(3)] + [layer("rlkit-task/current:latest", None)]
+    assert [o.status for o in outcomes] == ["built", "built", "failed", "cached"]
+    assert built == ["rlkit-task/t0:latest", "rlkit-task/t1:latest", "rlkit-task/current:latest"]
+    assert logs == ["… each ohsdk layer stores 0.62 GiB in /var/lib/docker (3.5 GiB free: room for ~2 layers)"]
+    detail = outcomes[2].detail
+    assert "each stores 0.62 GiB" in detail and "/var/lib/docker has 2.3 GiB free" in detail
+    assert "docker image prune" in detail and "bake fewer tasks" in detail
+    assert bake.disk_refusal("cc", int(0.4 * gb), "/d", bake.DISK_RESERVE_BYTES + int(0.4 * gb)) is None
+
+
 @pytest.mark.docker
 @pytest.mark.slow  # the first run bakes every agent image (npm, a site-packages, CPython 3.12)
 def test_baked_agents_answer_harbors_version_checks(baked_images: dict[str, str], tmp_path) -> None:
@@ -97,6 +131,24 @@ def test_no_ohsdk_trial_compiles_what_harbors_runner_imports(baked_images: dict[
     assert out.returncode == 0, out.stderr[-3000:]
     loaded, written = out.stdout.split(" ", 1)
     assert int(loaded) > 1000 and written.strip() == "[]", out.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.slow  # waits on the agent images
+def test_the_disk_guard_knows_what_each_agents_layer_stores(baked_images: dict[str, str], task_image: str) -> None:
+    """The guard's estimate, read from the agent image before any layer exists, is what a task's layer adds
+    on top of the task image, byte for byte but for the symlinks and ldconfig's cache."""
+    from rlkit.sandbox.docker_api import api_client
+    from rlkit.scaffolds.bake import agent_payload_bytes, docker_free_bytes
+
+    api = api_client()
+    task_size = api.inspect_image(task_image)["Size"]
+    for name, ref in baked_images.items():
+        added = api.inspect_image(ref)["Size"] - task_size
+        estimate = agent_payload_bytes(api, get_scaffold(name))
+        assert estimate is not None and 100 * 2**20 < estimate <= added < estimate + 64 * 2**10, (name, estimate, added)
+    root, free = docker_free_bytes(api)
+    assert Path(root).is_dir() and free > 0
 
 
 @pytest.mark.docker
