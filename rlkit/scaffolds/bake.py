@@ -290,7 +290,10 @@ def agent_payload_bytes(api, scaffold: Scaffold) -> int | None:
 
 
 def docker_free_bytes(api) -> tuple[str, int] | None:
-    """Docker's data root and the bytes free there; None where this host cannot see it (a remote daemon)."""
+    """Docker's data root and the bytes free there; None where this host cannot see it (a daemon reached over
+    tcp or ssh: its data root's path names a folder on another machine)."""
+    if getattr(api, "base_url", "") != "http+docker://localhost":
+        return None
     try:
         root = api.info().get("DockerRootDir")
         return (root, shutil.disk_usage(root).free) if root else None

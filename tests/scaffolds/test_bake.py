@@ -150,6 +150,14 @@ def test_the_disk_guard_knows_what_each_agents_layer_stores(baked_images: dict[s
     root, free = docker_free_bytes(api)
     assert Path(root).is_dir() and free > 0
 
+    class RemoteDaemon:  # a daemon reached over tcp: its data root is another machine's folder
+        base_url = "http://127.0.0.1:2375"
+
+        def info(self) -> dict:
+            return {"DockerRootDir": root}
+
+    assert docker_free_bytes(RemoteDaemon()) is None
+
 
 @pytest.mark.docker
 @pytest.mark.slow
