@@ -152,6 +152,12 @@ def image_id(api, ref: str) -> str | None:
     return None if info is None else info["Id"]
 
 
+def image_size(api, ref: str) -> int | None:
+    """The bytes a local image's layers hold, all of them (None when there is no such image)."""
+    info = _inspect(api, ref)
+    return None if info is None else int(info["Size"])
+
+
 # One build per image at a time in this process; concurrent trials of a task wait for it.
 _build_locks: dict[str, threading.Lock] = {}
 _build_locks_guard = threading.Lock()

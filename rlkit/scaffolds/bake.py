@@ -279,14 +279,14 @@ DISK_RESERVE_BYTES = 2 * GB  # a full disk breaks dockerd itself, and every sand
 
 def agent_payload_bytes(api, scaffold: Scaffold) -> int | None:
     """What one task's layer of `scaffold` stores: its agent image less the base it was built on."""
-    from rlkit.sandbox.images import _inspect
+    from rlkit.sandbox.images import image_size
 
-    agent = _inspect(api, agent_image_ref(scaffold))
+    agent = image_size(api, agent_image_ref(scaffold))
     if agent is None:
         return None
     recipe = scaffold.image_recipe
-    base = _inspect(api, BASE_IMAGE) if recipe is not None and recipe.pip_requirements else None
-    return int(agent["Size"]) - (int(base["Size"]) if base else 0)
+    on_base = recipe is not None and bool(recipe.pip_requirements)  # ohsdk is built FROM the base image
+    return agent - ((image_size(api, BASE_IMAGE) or 0) if on_base else 0)
 
 
 def docker_free_bytes(api) -> tuple[str, int] | None:
@@ -331,11 +331,11 @@ def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
         from rlkit.sandbox.docker_api import api_client
 
         api = api_client()
-        if payload is None:
+        if payload is None:  # the agent image is built once, before the first layer needs it
             payload = agent_payload_bytes(api, scaffold)
-        if payload is None:  # the agent image is built here once, before the first layer needs it
-            build_agent_image(name, log=log)
-            payload = agent_payload_bytes(api, scaffold) or 0
+            if payload is None:
+                build_agent_image(name, log=log)
+                payload = agent_payload_bytes(api, scaffold) or 0
         seen = docker_free_bytes(api)
         if seen is None:
             return None
