@@ -14,13 +14,24 @@ Validation attempts are seeded per (SEED, task, attempt), so one policy validate
 alike: a run's before and after are paired, and a control's gain is what the loop itself
 changes (the server, the machine, the sandboxes), not the sampler's luck.
 
+Beside the two arms, a temperature control: the warm start evaluated (`rlkit eval`, the same
+seeded attempts as validation) at each of --temps (default 0.6 and 0, greedy) besides the run's own
+temperature (1.0: the rl arm's step-0 validation). Sharpening a distribution is what a lower
+temperature gives for free, so RL's gain must clear the best of these too.
+
 Reported per arm, pooled over seeds: pass@1 before and after on each task set and the paired
 gain, each with a 95% percentile bootstrap over seeds, tasks and attempts; then RL's gain beyond
-the control's (the same seeds' difference, bootstrapped jointly). Also the reward per training
+the control's (the same seeds' difference, bootstrapped jointly), and RL's pass@1 after training
+beyond the best pass@1 the warm start reaches by temperature alone (paired by seed, task and
+attempt), as `rl_beyond_control/<set>` and `rl_beyond_temperature/<set>` in learning.json's
+`summary`. --lr-sweep 3,10 also trains the rl arm at those multiples of its LR (`rl-x3-s<seed>`, ...)
+and says whether each still gains or ends no lower than its start by more than the control's
+interval allows (the stability check). Also the reward per training
 step (a table and a PNG, one line per seed and arm) and the wall time of every run. Everything
 printed goes to <out>/learning.json. A run that finished is not run again (delete its folder).
 
-    python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--out .rlkit/bench/learning]
+    python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--temps 0.6,0] [--lr-sweep 3,10]
+                             [--out .rlkit/bench/learning]
 """
 
 from __future__ import annotations
@@ -67,11 +78,11 @@ def prepare(out: Path) -> tuple[Path, Path]:
     return ROOT / ".rlkit" / "models" / "tiny-qwen3-sft", both
 
 
-def run_config(out: Path, arm: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
+def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
                lr: str) -> Path:
     """The embedded default's config with this run's keys replaced (a config is parsed, never sourced)."""
     overrides = {**dict(kv.split("=", 1) for kv in args.set),
-                 "EXP_NAME": f"{arm}-s{seed}", "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
+                 "EXP_NAME": exp, "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
                  "MODEL_PATH": str(model), "VAL_FILES": str(val_index), "VAL_N": str(args.val_n),
                  "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.steps), "TRAINER_SAVE_FREQ": "-1",
                  "RESUME_MODE": "disable"}
@@ -82,7 +93,7 @@ def run_config(out: Path, arm: str, seed: int, args: argparse.Namespace, model: 
             continue
         lines.append(line)
     lines += [f"{k}={v}" for k, v in overrides.items()]
-    path = out / "configs" / f"{arm}-s{seed}.env"
+    path = out / "configs" / f"{exp}.env"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -92,13 +103,12 @@ def val_dir(out: Path, exp: str, step: int) -> Path:
     return out / "runs" / "harbor_trials" / "embedded" / f"{exp}_val" / f"step_{step}"
 
 
-def train(out: Path, arm: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
+def train(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
           lr: str) -> float | None:
     """One run (skipped when its last validation is on disk); its wall seconds."""
-    exp = f"{arm}-s{seed}"
     if (val_dir(out, exp, args.steps) / "eval.json").is_file():
         return None
-    config = run_config(out, arm, seed, args, model, val_index, lr)
+    config = run_config(out, exp, seed, args, model, val_index, lr)
     log = out / "logs" / f"{exp}.out"
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"… {exp}: training {args.steps} steps (log {log})", flush=True)
@@ -134,6 +144,27 @@ def rewards_per_step(jsonl: Path) -> dict[int, float]:
     return out
 
 
+def temperature_control(out: Path, seed: int, temperature: str, args: argparse.Namespace, model: Path,
+                        val_index: Path) -> Path:
+    """The warm start's validation attempts at another temperature: `rlkit eval` with the rl run's config
+    and seed, so attempt j of task t is drawn as validation draws it. Skipped when done; its results file."""
+    out_dir = out / "temperature" / f"t{temperature}-s{seed}"
+    results = out_dir / "results.jsonl"
+    if (out_dir / "eval_results.json").is_file():
+        return results
+    config = run_config(out, f"rl-s{seed}", seed, args, model, val_index, "0")
+    log = out / "logs" / f"t{temperature}-s{seed}.out"
+    print(f"… warm start at temperature {temperature}, seed {seed} (log {log})", flush=True)
+    with log.open("w") as sink:
+        proc = subprocess.run([*RLKIT, "eval", str(model), str(val_index), "-k", str(args.val_n), "--config",
+                               str(config), "--temperature", temperature, "--seed", str(seed), "-o", str(out_dir),
+                               "--project", "learning-temperature", "--experiment", f"t{temperature}-s{seed}"],
+                              cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"temperature control t{temperature}-s{seed} failed (exit {proc.returncode}); see {log}")
+    return results
+
+
 def fmt(interval: tuple[float | None, float | None, float | None]) -> str:
     point, low, high = interval
     return "n/a" if point is None else f"{point:+.3f} [{low:+.3f}, {high:+.3f}]"
@@ -165,6 +196,56 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def temperature_rows(out: Path, seeds: list[int], temps: list[str], by_arm: dict[str, Any],
+                     sources: dict[str, str], summary: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """The warm start's pass@1 at each temperature, and RL's pass@1 after training beyond the best of them."""
+    from rlkit.rollout.passk import paired_gain_interval, pass1, pass1_interval
+
+    lines = ["", ("Temperature control: the warm start at each temperature, the same seeded attempts "
+             "(1.0 is the rl arm's step-0 validation):"), "",
+             "| temperature | task set | warm start pass@1 |", "|---|---|---|"]
+    for name in SETS:
+        at: dict[str, dict[str, dict[str, dict[int, float]]]] = {"1.0": by_arm["rl"]["before"][name]}
+        for temperature in temps:
+            at[temperature] = {f"rl-s{seed}": passes(out / "temperature" / f"t{temperature}-s{seed}" / "results.jsonl",
+                                                     sources)[name] for seed in seeds}
+        for temperature, groups in at.items():
+            row = pass1_interval(groups, reps=args.reps)
+            summary[f"temperature/{temperature}/{name}"] = {"pass1": row}
+            lines.append(f"| {temperature} | {name} | {level(row)} |")
+        best = max(at, key=lambda t: pass1(at[t]) or 0.0)
+        gain = paired_gain_interval(at[best], by_arm["rl"]["after"][name], reps=args.reps)
+        summary[f"rl_beyond_temperature/{name}"] = {"gain": gain, "temperature": best}
+        lines.append(f"| rl after - warm start at {best} (the best) | {name} | {fmt(gain)} |")
+    return lines
+
+
+def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, by_arm: dict[str, Any],
+               sources: dict[str, str], summary: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """The rl arm at larger LRs: its gain, and whether it ends no lower than the control's interval allows."""
+    from rlkit.rollout.passk import paired_gain_interval
+
+    if not sweep:
+        return []
+    lines = ["", (f"LR sweep ({args.steps} steps): holds = gains, or loses no more than the control's 95% "
+             "interval reaches below zero"), "", "| LR | task set | gain | control's gain | holds |", "|---|---|---|---|---|"]
+    for multiple in sweep:
+        for name in SETS:
+            before, after = {}, {}
+            for seed in seeds:
+                exp = f"rl-x{multiple}-s{seed}"
+                before[exp] = passes(val_dir(out, exp, 0) / "results.jsonl", sources)[name]
+                after[exp] = passes(val_dir(out, exp, args.steps) / "results.jsonl", sources)[name]
+            gain = paired_gain_interval(before, after, reps=args.reps)
+            control = summary[f"control/{name}"]["gain"]
+            holds = gain[0] is not None and control[1] is not None and gain[0] >= min(0.0, control[1])
+            summary[f"lr_sweep/x{multiple}/{name}"] = {"gain": gain, "lr": f"{float(lr) * float(multiple):g}",
+                                                      "holds": holds}
+            lines.append(f"| {float(lr) * float(multiple):g} (x{multiple}) | {name} | {fmt(gain)} | {fmt(control)} | "
+                         f"{'yes' if holds else 'NO'} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -174,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".rlkit" / "bench" / "learning")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap draws")
     parser.add_argument("--arms", default=",".join(ARMS), help="rl,control (default both; one alone only runs)")
+    parser.add_argument("--temps", default="0.6,0",
+                        help="the warm start's other temperatures for the temperature control ('' for none)")
+    parser.add_argument("--lr-sweep", default="", help="multiples of the rl arm's LR to train too, e.g. 3,10")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
     args = parser.parse_args(argv)
@@ -189,9 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     sources = {r.task_id: next(k for k, v in SETS.items() if v == r.data_source) for r in load_index(val_index)}
     started = time.perf_counter()
     arms = [a for a in ARMS if a in args.arms.split(",")]
+    sweep = [m for m in args.lr_sweep.split(",") if m]
+    temps = [t for t in args.temps.split(",") if t]
     for seed in seeds:
         for arm in arms:
-            train(out, arm, seed, args, model, val_index, lr if arm == "rl" else "0")
+            train(out, f"{arm}-s{seed}", seed, args, model, val_index, lr if arm == "rl" else "0")
+        for multiple in sweep:
+            train(out, f"rl-x{multiple}-s{seed}", seed, args, model, val_index, f"{float(lr) * float(multiple):g}")
+        for temperature in temps:
+            temperature_control(out, seed, temperature, args, model, val_index)
     if arms != list(ARMS):
         print(f"ran {', '.join(arms)} only: no comparison")
         return 0
@@ -211,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                          "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{exp}.jsonl")})
 
     title = (f"# Learning: {len(seeds)} seeds x {args.steps} steps of the embedded default (LR {lr}) vs a "
-             f"control (LR 0); validation {args.val_n} seeded attempts per task, paired before/after; "
+             f"control (LR 0) and the warm start at temperatures {', '.join(['1.0', *temps])}; validation {args.val_n} seeded attempts per task, paired before/after; "
              f"95% bootstrap over seeds, tasks and attempts")
     lines = [title, "",
              "| arm | task set | pass@1 before | pass@1 after | gain (after - before) |", "|---|---|---|---|---|"]
@@ -239,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         row = pass1_interval(beyond, reps=args.reps)
         summary[f"rl_beyond_control/{name}"] = {"gain": row}
         lines.append(f"| rl - control | {name} | | | {fmt(row)} |")
+    lines += temperature_rows(out, seeds, temps, by_arm, sources, summary, args)
+    lines += sweep_rows(out, seeds, sweep, lr, by_arm, sources, summary, args)
 
     steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})
     lines += ["", "Reward per training step (critic/rewards/mean over the step's graded trials):", "",

@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="stop once the chance of replaying the teacher at temperature 1 reaches this")
     parser.add_argument("--teacher-samples", type=int, default=defaults.teacher_samples,
                         help="teacher trajectories recorded per task")
+    parser.add_argument("--no-decoys", dest="decoys", action="store_false", default=defaults.decoys,
+                        help="teach the oracle fix only, not the tasks' solution/decoys/*.sh beside it")
     parser.add_argument("--max-prompt", type=int, default=defaults.max_prompt,
                         help="prompt tokens kept per row (raise it for scaffolds with long system prompts: "
                              "OpenCode's first prompt is ~9.2k tokens with the tiny tokenizer)")
@@ -61,7 +63,7 @@ def main(argv: list[str]) -> int:
         raise UserError("rlkit sft needs a base model and train tasks", key="MODEL_PATH",
                         fix="give a run config (rlkit sft CFG) or --model DIR --tasks DIR")
     settings = SftSettings(epochs=args.epochs, lr=args.lr, task_fraction=args.task_fraction,
-                           target_replay=args.target_replay, teacher_samples=args.teacher_samples,
+                           target_replay=args.target_replay, teacher_samples=args.teacher_samples, decoys=args.decoys,
                            max_prompt=args.max_prompt, max_response=args.max_response,
                            **({"scaffold": scaffold} if scaffold else {}))
     result = ensure_sft_model(model, tasks, root=root, settings=settings, val_fraction=args.val_fraction,

@@ -113,6 +113,13 @@ class Trainer(StrEnum):
     LOCAL = "local"
 
 
+class BrokenProtocolReward(StrEnum):
+    """What a trial that broke its scaffold's protocol (parse_error, agent_error) earns."""
+
+    ZERO = "zero"
+    TESTS = "tests"
+
+
 class TamperPolicy(StrEnum):
     """What a trial flagged `tamper_suspect` trains with (its tests never ran: reward 0)."""
 
@@ -198,6 +205,11 @@ class RunConfig(BaseModel):
     TAMPER_POLICY: TamperPolicy = key(TamperPolicy.ZERO, "A trial whose agent left files that can steer its tests "
                                       "(tamper_suspect) gets reward 0: zero trains on it, so the policy learns "
                                       "not to; mask leaves it out of training. Counted either way.", R)
+    BROKEN_PROTOCOL_REWARD: BrokenProtocolReward = key(
+        BrokenProtocolReward.ZERO, "What a trial that broke its scaffold's protocol (parse_error: a tool call the "
+        "proxy could not parse; agent_error: e.g. Terminus-2's answers that did not parse, twice) earns: zero, "
+        "whatever its tests say; tests: the tests' reward. With tests, trials that applied the fix and then wrote "
+        "garbage earned 1, and RL spread the broken ending until every trial ended so.", R)
     LR: float = key(1e-6, "Actor learning rate; 0 switches the update off (a control run: the same trials and "
                            "steps, no learning).", R)
     KL_LOSS_COEF: float = key(0.0, "KL loss coefficient against the reference policy; 0 disables the KL loss.", R)

@@ -68,6 +68,9 @@ class EngineConfig(BaseModel):
                              "(seed, task, attempt), so one policy gives the same draws in every pass (SEED)")
     tamper_policy: Literal["zero", "mask"] = Field(
         default="zero", description="a tamper_suspect trial (reward 0) is trained on (zero) or masked (TAMPER_POLICY)")
+    broken_protocol_reward: Literal["zero", "tests"] = Field(
+        default="zero", description="a parse_error / agent_error trial earns 0 (zero) or its tests' reward (tests) "
+                                    "(BROKEN_PROTOCOL_REWARD)")
     use_index_image: bool = Field(default=True, description="run the index row's image (no builds during a step)")
     environment_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra sandbox backend options")
 
@@ -81,7 +84,7 @@ class EngineConfig(BaseModel):
             "max_sandboxes": cfg.MAX_SANDBOXES, "project": cfg.PROJECT_NAME or "default",
             "experiment": cfg.EXP_NAME or "default", "trials_root": output / TRIALS_DIR,
             "model_name": model_name, "proxy_url": proxy_url, "max_response_tokens": cfg.MAX_RESP,
-            "tamper_policy": str(cfg.TAMPER_POLICY),
+            "tamper_policy": str(cfg.TAMPER_POLICY), "broken_protocol_reward": str(cfg.BROKEN_PROTOCOL_REWARD),
         }
         return cls(**{**values, **overrides})
 
@@ -232,9 +235,11 @@ class RolloutEngine:
         tamper_masked = final is Outcome.TAMPER_SUSPECT and self.config.tamper_policy == "mask"
         detail = f"{outcome.exception_type}: {outcome.exception_message or ''}"[:2000] if outcome.exception_type \
             else None
+        zeroed = final.masked or final is Outcome.TAMPER_SUSPECT or (
+            final.broke_protocol and self.config.broken_protocol_reward == "zero")
         return TrialRecord(
             uid=uid, task_id=row.task_id, session=outcome.session, outcome=final,
-            reward=0.0 if final.masked or final is Outcome.TAMPER_SUSPECT else outcome.reward, masked=final.masked or not tokens or tamper_masked,
+            reward=0.0 if zeroed else outcome.reward, masked=final.masked or not tokens or tamper_masked,
             segments=segments, num_turns=sum(s.num_turns for s in segments),
             num_breaks=int((record or {}).get("num_breaks") or 0),
             parse_failures=int((record or {}).get("parse_failures") or 0),

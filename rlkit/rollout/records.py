@@ -9,7 +9,8 @@ infrastructure; this table is the one place that decides, and both trainers read
 
   outcome                                       fault            trained as
   passed, failed_tests                          graded           the tests' reward
-  parse_error, agent_error, agent_timeout       agent            the tests' reward (0 unless they pass)
+  parse_error, agent_error                      agent (BROKEN)   0 (BROKEN_PROTOCOL_REWARD=tests: the tests')
+  agent_timeout                                 agent            the tests' reward (0 unless they pass)
   context_exceeded, call_limit, response_budget agent (TRUNCATIONS) the tests' reward
   tamper_suspect                                agent            reward 0 (TAMPER_POLICY=mask: masked)
   no_reward_file                                infrastructure   masked: the task's grading wrote nothing,
@@ -61,11 +62,17 @@ class Outcome(StrEnum):
     def truncated(self) -> bool:
         return self in TRUNCATIONS
 
+    @property
+    def broke_protocol(self) -> bool:
+        return self in BROKEN_PROTOCOL
+
 
 INFRA: frozenset[Outcome] = frozenset({Outcome.SANDBOX_ERROR, Outcome.VERIFIER_ERROR, Outcome.ERROR,
                                         Outcome.NO_REWARD_FILE, Outcome.VERIFIER_TIMEOUT})
 TRUNCATIONS: frozenset[Outcome] = frozenset({Outcome.CONTEXT_EXCEEDED, Outcome.CALL_LIMIT,
                                              Outcome.RESPONSE_BUDGET})
+# The agent broke its scaffold's protocol: a reward here would pay the broken ending (BROKEN_PROTOCOL_REWARD).
+BROKEN_PROTOCOL: frozenset[Outcome] = frozenset({Outcome.PARSE_ERROR, Outcome.AGENT_ERROR})
 
 
 class TokenSegment(BaseModel):

@@ -36,15 +36,18 @@ def build_images(task_dirs: list[Path], scaffold: str = "terminus", log: Callabl
 
 def record_teacher(task_dirs: list[Path], model_dir: Path, trials_dir: Path, *, scaffold: str = "terminus",
                    samples: int = 1, max_concurrency: int = 2, max_turns: int = 4, max_model_len: int = 16384,
-                   log: Callable[[str], None] = print) -> list[TrialRecord]:
+                   decoys: bool = False, log: Callable[[str], None] = print) -> list[TrialRecord]:
     """`samples` teacher trials per task; records in task order (failed trials included, with their reward).
+
+    With `decoys`, a task's trials take its fixes in turn (the oracle, then `solution/decoys/*.sh`), so
+    `samples` should be a multiple of the fixes a task has.
 
     Trials of one task differ where the sandbox does (the container's hostname in the shell
     prompt, the terminal's timing): several per task teach the policy to ignore that."""
     from rlkit.train._teacher import TeacherScript, TeacherServer
 
     build_images(task_dirs, scaffold, log=log)
-    script = TeacherScript.from_task_dirs(task_dirs)
+    script = TeacherScript.from_task_dirs(task_dirs, decoys=decoys)
     with TeacherServer(model_dir, script, served_model_name=SERVED_NAME, max_model_len=max_model_len) as teacher:
         return run_scaffold_trials(task_dirs, model_dir, teacher.url, trials_dir, scaffold=scaffold,
                                    samples=samples, max_concurrency=max_concurrency, max_turns=max_turns,

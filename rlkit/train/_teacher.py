@@ -3,8 +3,11 @@
 The proxy calls it exactly as it calls vLLM (`/v1/completions` with prompt token ids,
 `return_token_ids`, `logprobs`, plus `/health` and `/v1/models` for the context window).
 It decodes the prompt with the policy's tokenizer, finds which task the conversation is
-about (by its instruction) and answers with that task's oracle fix as one Terminus-2 JSON
-action: the solution's shell commands typed as keystrokes, with `task_complete`; when
+about (by its instruction) and answers with one of that task's fixes as one Terminus-2 JSON
+action: the solution's shell commands typed as keystrokes, with `task_complete`. A task's fixes
+are its oracle (`solution/solve.sh`) and, when taught, its decoys (`solution/decoys/*.sh`:
+plausible fixes that fail the tests); the teacher takes them in turn, one per trial, so the
+warm-started policy knows every candidate and not which one pays. When
 Terminus-2 asks to confirm completion, it confirms. Under a tool-calling scaffold (tools in
 the prompt) it calls the scaffold's shell tool with those commands instead, then ends the
 turn in plain text (`_teacher_tools`). The reply is tokenized with the same
@@ -31,7 +34,7 @@ GIVE_UP_REPLY = {"analysis": "Unknown task.", "plan": "Stop.", "commands": [], "
 IMMEDIATE_COMMANDS = frozenset({"cd", "ls", "echo", "cat", "printf", "sed", "mkdir", "cp", "mv", "rm", "touch",
                                 "tee", "chmod", "ln", "patch", "true"})
 # The teacher's answers, part of the warm start's cache key: a new version records anew.
-TEACHER_VERSION = 2
+TEACHER_VERSION = 3
 _KEY_CHARS = 120  # leading characters of an instruction that identify its task in a prompt
 
 
@@ -93,34 +96,49 @@ def action_text(action: dict[str, Any]) -> str:
     return json.dumps(action, ensure_ascii=False, separators=(", ", ": "))
 
 
+def task_fixes(task_dir: Path, *, decoys: bool = True) -> list[str]:
+    """A task's fixes to teach: the oracle's solve.sh first, then its decoys (sorted by name) if asked."""
+    fixes = [(task_dir / "solution" / "solve.sh").read_text()]
+    if decoys:
+        fixes += [p.read_text() for p in sorted((task_dir / "solution" / "decoys").glob("*.sh"))]
+    return fixes
+
+
 @dataclass
 class TeacherScript:
-    """Which reply a prompt gets: task key -> the oracle's solve.sh."""
+    """Which reply a prompt gets: task key -> the task's fixes (oracle first), taught in turn."""
 
-    solutions: dict[str, str] = field(default_factory=dict)
+    solutions: dict[str, list[str]] = field(default_factory=dict)
+    _served: dict[str, int] = field(default_factory=dict)  # first turns answered per task
 
     @classmethod
-    def from_task_dirs(cls, task_dirs: list[Path]) -> TeacherScript:
+    def from_task_dirs(cls, task_dirs: list[Path], *, decoys: bool = True) -> TeacherScript:
         solutions = {}
         for task_dir in task_dirs:
             instruction = (task_dir / "instruction.md").read_text()
-            solutions[_task_key(instruction)] = (task_dir / "solution" / "solve.sh").read_text()
+            solutions[_task_key(instruction)] = task_fixes(task_dir, decoys=decoys)
         return cls(solutions)
 
     def solution(self, prompt_text: str) -> str | None:
-        for key, solve in self.solutions.items():
+        """The fix for this conversation: a new trial (one user turn so far) takes the task's next fix
+        in turn; a later turn of the same trial repeats the fix its first turn took."""
+        for key, fixes in self.solutions.items():
             if key in prompt_text:
-                return solve
+                first_turn = prompt_text.count("<|im_start|>assistant") <= 1
+                served = self._served.get(key, 0)
+                if first_turn:
+                    self._served[key] = served + 1
+                    return fixes[served % len(fixes)]
+                return fixes[(served - 1) % len(fixes)]
         return None
 
     def reply(self, prompt_text: str) -> str:
-        solve = self.solution(prompt_text)
         tool = shell_tool(prompt_text)
+        if tool is None and CONFIRM_HINT in prompt_text.rsplit("<|im_start|>user", 1)[-1]:
+            return action_text(CONFIRM_REPLY)  # no fix taken: the trial's turn in the rota is kept
+        solve = self.solution(prompt_text)
         if tool is not None:
             return tool_reply(prompt_text, tool, solution_keystrokes(solve) if solve is not None else None)
-        last_user = prompt_text.rsplit("<|im_start|>user", 1)[-1]
-        if CONFIRM_HINT in last_user:
-            return action_text(CONFIRM_REPLY)
         return action_text(fix_action(solve) if solve is not None else GIVE_UP_REPLY)
 
 

@@ -53,6 +53,9 @@ class SftSettings(BaseModel):
                                  description="share of tasks trained `epochs` times; the others once")
     weight_decay: float = 0.0
     teacher_samples: int = Field(default=3, ge=1, description="teacher trajectories recorded per task")
+    decoys: bool = Field(default=True, description="also teach each task's solution/decoys/*.sh (plausible fixes "
+                         "that fail its tests), one trial each in turn with the oracle: the policy then knows "
+                         "every candidate and not which pays, so sampling alone cannot reach RL's pass rate")
     seed: int = 0
     scaffold: str = "terminus"
     max_turns: int = 4
@@ -130,13 +133,21 @@ def cache_key(task_dirs: list[Path], model_dir: Path, settings: SftSettings) -> 
 
 # --- the fine-tune -------------------------------------------------------------------------
 
+def taught_records(records: list[TrialRecord], *, decoys: bool) -> list[TrialRecord]:
+    """The teacher trajectories to imitate: the passing ones, and with `decoys` also those that ran their
+    fix to the end and failed the tests (the decoys; never a trial the agent or sandbox broke)."""
+    from rlkit.rollout.records import Outcome
+
+    return [r for r in records if r.trainable
+            and (r.reward >= 1.0 or (decoys and r.outcome is Outcome.FAILED_TESTS))]
+
+
 def training_batch(records: list[TrialRecord], *, max_prompt: int, max_response: int, pad_id: int) -> Any:
-    """The passing teacher trajectories as the RL trainer's batch (`rlkit.train.batch`): one row per
+    """The taught teacher trajectories as the RL trainer's batch (`rlkit.train.batch`): one row per
     segment, `response_mask` 1 only on tokens the model produced."""
     from rlkit.train.batch import build_batch
 
-    passing = [r for r in records if r.trainable and r.reward >= 1.0]
-    return build_batch(passing, max_prompt=max_prompt, max_response=max_response, pad_id=pad_id)
+    return build_batch(records, max_prompt=max_prompt, max_response=max_response, pad_id=pad_id)
 
 
 def masked_nats(model: Any, batch: Any) -> tuple[Any, Any]:
@@ -162,11 +173,15 @@ def masked_nats(model: Any, batch: Any) -> tuple[Any, Any]:
 
 
 def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings: SftSettings,
-             log: Callable[[str], None] = print, device: str = "cpu") -> list[float]:
+             log: Callable[[str], None] = print, device: str = "cpu",
+             fixes: dict[str, int] | None = None) -> list[float]:
     """Fine-tune `base_dir` on the records' masked tokens; save an HF dir to `out_dir`. Mean loss per epoch.
 
-    Stops early once the replay chance exp(-summed loss), averaged over the tasks, reaches
-    `settings.target_replay`: past that the model memorises and RL has nothing left to climb."""
+    Stops early once the replay chance, averaged over the tasks, reaches `settings.target_replay`: past
+    that the model memorises and RL has nothing left to climb. A task's replay chance is the chance of
+    sampling one of its `fixes[task]` taught fixes exactly at temperature 1: their count times exp of
+    minus the task's mean summed loss (the fixes share all but a few tokens, so each one's chance is
+    about the same)."""
     import collections
     import math
 
@@ -174,7 +189,8 @@ def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     pad_id = AutoTokenizer.from_pretrained(str(base_dir)).pad_token_id or 0
-    batch = training_batch(records, max_prompt=settings.max_prompt, max_response=settings.max_response,
+    taught = taught_records(records, decoys=settings.decoys)
+    batch = training_batch(taught, max_prompt=settings.max_prompt, max_response=settings.max_response,
                            pad_id=pad_id)
     if batch.rows == 0:
         raise UserError("no teacher trajectory passed its tests: nothing to fine-tune on",
@@ -202,7 +218,7 @@ def finetune(records: list[TrialRecord], base_dir: Path, out_dir: Path, settings
             nats[batch.uid[row]] += float(row_nats.detach().sum())
         losses.append(total / len(rows))
         per_task = collections.Counter(batch.uid[i] for i in rows)
-        replay = sum(math.exp(-nats[t] / per_task[t]) for t in full) / len(full)
+        replay = sum(min(1.0, (fixes or {}).get(t, 1) * math.exp(-nats[t] / per_task[t])) for t in full) / len(full)
         log(f"  epoch {epoch + 1}/{settings.epochs}: masked loss {losses[-1]:.4f}, "
             f"replay chance {replay:.2f} ({len(rows)} sequences)")
         if replay >= settings.target_replay:
@@ -248,15 +264,20 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
     shutil.rmtree(work, ignore_errors=True)
     log(f"warm start: recording {len(task_dirs)} teacher trajectories ({settings.scaffold})")
     started = time.monotonic()
+    from rlkit.train._teacher import task_fixes
+
+    fixes = {d.name: len(task_fixes(d, decoys=settings.decoys)) for d in task_dirs}
     records = record_teacher(task_dirs, base, work / "trials", scaffold=settings.scaffold,
-                             samples=settings.teacher_samples, max_turns=settings.max_turns, log=log)
+                             samples=settings.teacher_samples, max_turns=settings.max_turns,
+                             decoys=settings.decoys, log=log)
     record_s = time.monotonic() - started
     write_records(records, work / "teacher_records.jsonl")
     log(f"warm start: fine-tuning {base.name} ({settings.epochs} epochs, lr {settings.lr:g})")
     started = time.monotonic()
-    losses = finetune(records, base, work, settings, log=log)
+    losses = finetune(records, base, work, settings, log=log, fixes=fixes)
     finetune_s = time.monotonic() - started
-    rewards = {t: min(r.reward for r in records if r.task_id == t) for t in sorted({r.task_id for r in records})}
+    # the oracle's reward per task (the best of its trials: with decoys, the others fail by design)
+    rewards = {t: max(r.reward for r in records if r.task_id == t) for t in sorted({r.task_id for r in records})}
     meta = {"key": key, "base_model": str(base), "tasks": [d.name for d in task_dirs],
             "settings": settings.model_dump(), "losses": losses, "teacher_rewards": rewards,
             "record_s": round(record_s, 1), "finetune_s": round(finetune_s, 1)}

@@ -211,3 +211,20 @@ def test_a_seeded_pass_posts_the_same_seed_for_the_same_task_and_attempt(tmp_pat
     assert posted == [{"seed": attempt_seed(7, "merge-intervals", 3)}] * 2
     assert attempt_seed(7, "merge-intervals", 3) != attempt_seed(8, "merge-intervals", 3)
     assert attempt_seed(7, "merge-intervals", 3) != attempt_seed(7, "merge-intervals", 4)
+
+
+@pytest.mark.parametrize("reason, policy, reward", [
+    (O.AGENT_ERROR, "zero", 0.0), (O.AGENT_ERROR, "tests", 1.0), (O.AGENT_TIMEOUT, "zero", 1.0),
+    (O.PASSED, "zero", 1.0),
+])
+def test_a_trial_that_broke_its_scaffolds_protocol_earns_what_broken_protocol_reward_says(
+        tmp_path: Path, reason: O, policy: str, reward: float):
+    """A trial that applied the fix and then wrote answers Terminus could not parse ends `agent_error`
+    with its tests passing: BROKEN_PROTOCOL_REWARD=zero pays it nothing (trained, not masked)."""
+    from rlkit.rollout.trial import TrialOutcome
+
+    engine = RolloutEngine(EngineConfig(agent="oracle", trials_root=tmp_path, broken_protocol_reward=policy))
+    outcome = TrialOutcome(task_id="merge-intervals", session="s", reward=1.0, reason=reason)
+    segment = {"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "response_logprobs": [-0.1]}
+    record = engine._record(_row("merge-intervals"), "0:0:a", outcome, {"segments": [segment]}, attempts=1)
+    assert (record.outcome, record.reward, record.masked) == (reason, reward, False)

@@ -50,6 +50,42 @@ def test_script_picks_the_task_and_confirms() -> None:
     confirm = json.loads(script.reply(_terminus_prompt(TASK) + f"<|im_start|>user\n{CONFIRM_HINT}?"))
     assert confirm["commands"] == [] and confirm["task_complete"] is True
 
+def test_the_teacher_takes_a_tasks_fixes_in_turn_one_per_trial() -> None:
+    """With decoys, trial i of a task gets fix i mod n (the oracle, then solution/decoys/*.sh in name order);
+    a later turn of a trial repeats its own fix; the confirmation takes no turn of the rota."""
+    decoys = sorted((OTHER / "solution" / "decoys").glob("*.sh"))
+    assert len(decoys) == 2
+    fixes = [solution_keystrokes(p.read_text()) for p in [OTHER / "solution" / "solve.sh", *decoys]]
+    assert len(set(fixes)) == 3  # the decoys differ from the oracle and from each other
+    script = TeacherScript.from_task_dirs([OTHER])
+    first = _terminus_prompt(OTHER) + "<|im_start|>assistant\n"
+
+    def keystrokes(prompt: str) -> str:
+        return json.loads(script.reply(prompt))["commands"][0]["keystrokes"]
+
+    assert keystrokes(first) == fixes[0]
+    later = first + "{}<|im_end|>\n<|im_start|>user\nNew Terminal Output: ...<|im_start|>assistant\n"
+    assert keystrokes(later) == fixes[0]  # the same trial's next turn
+    assert json.loads(script.reply(later + f"<|im_start|>user\n{CONFIRM_HINT}?"))["task_complete"] is True
+    assert [keystrokes(first) for _ in range(4)] == [fixes[1], fixes[2], fixes[0], fixes[1]]
+    plain = TeacherScript.from_task_dirs([OTHER], decoys=False)
+    assert {json.loads(plain.reply(first))["commands"][0]["keystrokes"] for _ in range(3)} == {fixes[0]}
+
+
+def test_the_warm_start_imitates_decoys_only_when_they_ran_to_a_graded_failure() -> None:
+    from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
+    from rlkit.train.sft import taught_records
+
+    segment = TokenSegment(prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 1], response_logprobs=[0.0, 0.0])
+
+    def record(outcome: Outcome, reward: float) -> TrialRecord:
+        return TrialRecord(uid="t", task_id="t", session=outcome.value, outcome=outcome, reward=reward,
+                           masked=outcome.masked, segments=[segment])
+
+    records = [record(Outcome.PASSED, 1.0), record(Outcome.FAILED_TESTS, 0.0), record(Outcome.AGENT_ERROR, 0.0),
+               record(Outcome.SANDBOX_ERROR, 0.0)]
+    assert [r.session for r in taught_records(records, decoys=True)] == ["passed", "failed_tests"]
+    assert [r.session for r in taught_records(records, decoys=False)] == ["passed"]
 
 
 def test_the_teacher_waits_as_terminus_asks_short_for_file_edits_long_for_the_rest() -> None:
