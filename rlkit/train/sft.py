@@ -142,6 +142,21 @@ def taught_records(records: list[TrialRecord], *, decoys: bool) -> list[TrialRec
             and (r.reward >= 1.0 or (decoys and r.outcome is Outcome.FAILED_TESTS))]
 
 
+def decoy_problems(records: list[TrialRecord], fixes: dict[str, int], samples: int) -> list[str]:
+    """Tasks whose teacher trials passed more often than their oracle's share: a decoy that passes its
+    tests is no decoy (the policy would learn two right answers, and a lower temperature finds one)."""
+    problems = []
+    for task, count in sorted(fixes.items()):
+        if count < 2:
+            continue
+        passed = sum(1 for r in records if r.task_id == task and r.reward >= 1.0)
+        oracle_trials = -(-samples // count)  # trial i takes fix i mod count: the oracle's share, rounded up
+        if passed > oracle_trials:
+            problems.append(f"{task}: {passed} of {samples} teacher trials passed, but only {oracle_trials} ran "
+                            f"the oracle: a decoy in solution/decoys/ passes the tests")
+    return problems
+
+
 def training_batch(records: list[TrialRecord], *, max_prompt: int, max_response: int, pad_id: int) -> Any:
     """The taught teacher trajectories as the RL trainer's batch (`rlkit.train.batch`): one row per
     segment, `response_mask` 1 only on tokens the model produced."""
@@ -272,6 +287,8 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
                              decoys=settings.decoys, log=log)
     record_s = time.monotonic() - started
     write_records(records, work / "teacher_records.jsonl")
+    for problem in decoy_problems(records, fixes, settings.teacher_samples):
+        log(f"⚠ warm start: {problem}")
     log(f"warm start: fine-tuning {base.name} ({settings.epochs} epochs, lr {settings.lr:g})")
     started = time.monotonic()
     losses = finetune(records, base, work, settings, log=log, fixes=fixes)

@@ -88,6 +88,21 @@ def test_the_warm_start_imitates_decoys_only_when_they_ran_to_a_graded_failure()
     assert [r.session for r in taught_records(records, decoys=False)] == ["passed"]
 
 
+def test_the_warm_start_names_a_decoy_that_passes_its_tests() -> None:
+    from rlkit.rollout.records import Outcome, TrialRecord
+    from rlkit.train.sft import decoy_problems
+
+    def records(task: str, rewards: list[float]) -> list[TrialRecord]:
+        return [TrialRecord(uid=task, task_id=task, session=f"{task}{i}", reward=r,
+                            outcome=Outcome.PASSED if r else Outcome.FAILED_TESTS, masked=False)
+                for i, r in enumerate(rewards)]
+
+    found = decoy_problems(records("a", [1, 0, 0]) + records("b", [1, 1, 0]) + records("c", [1, 1, 1]),
+                           {"a": 3, "b": 3, "c": 1}, 3)
+    assert found == [("b: 2 of 3 teacher trials passed, but only 1 ran the oracle: a decoy in solution/decoys/ "
+                     "passes the tests")]
+
+
 def test_the_teacher_waits_as_terminus_asks_short_for_file_edits_long_for_the_rest() -> None:
     """Terminus-2 sleeps each command's whole duration; its prompt asks 0.1 s for immediate commands.
     Every bundled fix is a `git apply` heredoc: 0.1 s (it was 1.0 s, ~40% of a trial's agent time)."""
