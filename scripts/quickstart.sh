@@ -54,4 +54,12 @@ echo "Continue it:   bash scripts/train/train.sh $CONFIG   (RESUME_MODE=auto pic
 echo
 echo "Time, by phase ($(( $(date +%s) - T0 )) s in all):"
 printf '%s' "$PHASES"
+# The run's validation (VAL_FILES: the train tasks, VAL_N seeded attempts each) before and after RL.
+python - "$CONFIG" <<'PY' || true
+import sys
+from rlkit.config.resolve import resolve
+from rlkit.monitor.validation import before_after
+line = before_after(resolve(sys.argv[1]).run_paths())
+print(f"Train tasks, {line}" if line else "Train tasks: no validation before and after in this run's metrics")
+PY
 exit "$status"
