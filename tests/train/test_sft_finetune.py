@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.rollout.records import Outcome, TokenSegment, TrialRecord
-from rlkit.train.sft import SftSettings, cache_key, finetune, masked_nats, training_batch
+from rlkit.train.sft import SftSettings, cache_key, finetune, masked_nats, taught_records, training_batch
 
 
 def _record(rng: random.Random, task: str, vocab: int) -> TrialRecord:
@@ -49,12 +49,14 @@ def test_finetune_lowers_loss_only_on_model_tokens(tiny_model_dir: Path, tmp_pat
     rng = random.Random(0)
     vocab = json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"]
     records = [_record(rng, f"task-{i}", vocab) for i in range(2)]
-    # a failed trial is never a teacher example
+    # a failed trial is a teacher example only as a decoy (a graded failure the teacher meant)
     failed = _record(rng, "failed", vocab).model_copy(update={"reward": 0.0, "outcome": Outcome.FAILED_TESTS})
-    assert training_batch(records + [failed], max_prompt=4096, max_response=4096, pad_id=0).rows == 2
+    for decoys, rows in ((False, 2), (True, 3)):
+        taught = taught_records(records + [failed], decoys=decoys)
+        assert training_batch(taught, max_prompt=4096, max_response=4096, pad_id=0).rows == rows
 
     before_on, before_off = _losses(tiny_model_dir, records)
-    settings = SftSettings(epochs=30, lr=3e-3, target_replay=1.0)
+    settings = SftSettings(epochs=30, lr=3e-3, target_replay=1.0, decoys=False)
     losses = finetune(records + [failed], tiny_model_dir, tmp_path / "sft", settings, log=lambda _m: None)
     after_on, after_off = _losses(tmp_path / "sft", records)
 
