@@ -12,6 +12,7 @@ and a project name of this test's; site.env (free ports) and the cache are in tm
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -24,7 +25,7 @@ import pytest
 
 from tests.validate.helpers import Workspace
 
-pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow, pytest.mark.whole_run(seconds=200)]
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow, pytest.mark.whole_run(seconds=240)]
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "tasks.md"
@@ -122,7 +123,10 @@ def test_own_tasks_guide_end_to_end(base_image: str, tiny_model_dir: Path, tmp_p
 
     checkpoint = project / "checkpoints" / run_name / "my-tasks" / "global_step_1"
     assert checkpoint.is_dir(), outputs["rlkit train"][-3000:]
-    assert (project / "logs" / "my-tasks.jsonl").is_file()
-    summary = project / "harbor_trials" / run_name / "my-tasks" / "step_1" / "summary.json"
-    assert summary.is_file() and any(t in summary.read_text() for t in tasks)
+    metrics = [json.loads(line) for line in (project / "logs" / "my-tasks.jsonl").read_text().splitlines()]
+    [trained] = [m["data"] for m in metrics if m.get("step") == 1]
+    assert trained["rollout/trials"] == 4.0  # 2 tasks of the filtered index x 2 trials
+    step = project / "harbor_trials" / run_name / "my-tasks" / "step_1"
+    assert (step / "summary.json").is_file()
+    assert {p.name.rsplit("__", 1)[0] for p in step.iterdir() if p.is_dir()} == {r.task_id for r in kept}
     assert not (project / "logs" / "my-tasks.lock").exists()
