@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from rlkit.train.local_config import (
     due,
     policy_config,
-    run_paths,
     secrets_masked_in_logs,
     total_steps,
     tracking_config,
@@ -67,7 +66,7 @@ class LocalTrainer:
     def __init__(self, resolved: ResolvedConfig, *, console: Any = None) -> None:
         self.resolved = resolved
         self.cfg = resolved.config
-        self.paths = run_paths(resolved)
+        self.paths = resolved.run_paths()
         self.state_dir = self.paths.state
         self.progress = StepProgress(console)
         self._counts: dict[str, int] = {}  # the rollout actor's last trial counts

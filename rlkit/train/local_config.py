@@ -1,5 +1,5 @@
-"""What the embedded trainer (TRAINER=local, rlkit/train/local.py) takes from its run config: where it
-writes, the step schedule (verl's rules for TOTAL_STEPS / TOTAL_EPOCHS and the *_FREQ keys), the policy
+"""What the embedded trainer (TRAINER=local, rlkit/train/local.py) takes from its run config: the step
+schedule (verl's rules for TOTAL_STEPS / TOTAL_EPOCHS and the *_FREQ keys), the policy
 actor's settings, the run's keys as trackers see them, and the secret mask on log handlers while it runs."""
 
 from __future__ import annotations
@@ -9,18 +9,9 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from rlkit.config.paths import RunPaths
-
 if TYPE_CHECKING:
     from rlkit.config.resolve import ResolvedConfig
     from rlkit.config.schema import RunConfig
-
-
-def run_paths(resolved: ResolvedConfig) -> RunPaths:
-    """Where the run writes (a cluster run's layout): OUTPUT_DIR, else the project root."""
-    cfg = resolved.config
-    root = resolved.path("OUTPUT_DIR") or resolved.root
-    return RunPaths(root, cfg.PROJECT_NAME or "default", cfg.EXP_NAME or "default")
 
 
 def total_steps(cfg: RunConfig, n_rows: int) -> int:

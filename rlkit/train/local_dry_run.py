@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlkit.train.local_config import run_paths
 from rlkit.train.ray_local import RAY_CPUS
 
 if TYPE_CHECKING:
@@ -17,7 +16,7 @@ def dry_run_text(resolved: ResolvedConfig) -> str:
     from rlkit.launch.inference import Inference, InferenceConfig
 
     cfg = resolved.config
-    paths = run_paths(resolved)
+    paths = resolved.run_paths()
     inf_config = InferenceConfig.from_run_config(cfg, root=resolved.root, log_dir=paths.logs,
                                                  model_path=str(resolved.path("MODEL_PATH")))
     commands = Inference(inf_config).planned_commands()
