@@ -59,7 +59,7 @@ def dry_run_text(resolved: ResolvedConfig) -> str:
     agent-loop YAML the trainer line names), so the printed commands can be pasted as they are.
     local: the embedded trainer's vLLM, proxy and Ray. Nothing is launched."""
     if resolved.config.TRAINER.value == "local":
-        from rlkit.train.local import dry_run_text as local_dry_run
+        from rlkit.train.local_dry_run import dry_run_text as local_dry_run
 
         return local_dry_run(resolved)
     from rlkit.launch.cluster import write_files

@@ -1,4 +1,8 @@
-"""`rlkit index build|show`: task indexes (parquet pointer tables verl can load)."""
+"""`rlkit index build|show`: task indexes (parquet pointer tables verl can load).
+
+  rlkit index build my-tasks -o data/train.parquet --val-fraction 0.3 --val-output data/val.parquet
+      both parts of one seeded split at once (or one part: --split train|val, the same fraction and seed)
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="registry prefix of task images (default $REGISTRY, as `rlkit images build`)")
     build.add_argument("--val-fraction", type=float, default=None,
                        help="hold out this fraction as val; run once with --split train, once with --split val")
+    build.add_argument("--val-output", metavar="VAL.parquet", default=None,
+                       help="with --val-fraction: also write the held-out part here (-o gets the train part)")
     build.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
     build.add_argument("--data-source", default="rlkit_tasks", help="verl data_source (metric group name)")
     show = sub.add_parser("show", help="validate an index and print its rows")
@@ -29,6 +35,17 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from rlkit.tasks.index import build_index, load_index
 
+    if args.command == "build" and args.val_output:
+        from rlkit.errors import UserError
+
+        if args.val_fraction is None or args.split != "train":
+            raise UserError("--val-output writes the held-out part of a split", key="--val-output",
+                            fix="give --val-fraction (and leave --split at train: -o gets the train part)")
+        for split, output in (("train", args.output), ("val", args.val_output)):
+            rows = build_index(args.tasks_dir, output, split, registry=args.registry,
+                               val_fraction=args.val_fraction, seed=args.seed, data_source=args.data_source)
+            print(f"✓ wrote {len(rows)} {split} task(s) to {output}")
+        return 0
     if args.command == "build":
         rows = build_index(args.tasks_dir, args.output, args.split, registry=args.registry,
                            val_fraction=args.val_fraction, seed=args.seed, data_source=args.data_source)

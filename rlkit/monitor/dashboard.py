@@ -18,7 +18,7 @@ Access: with no token only loopback clients whose Host is a loopback name are se
 another site cannot rebind to it). With a token (needed to bind beyond loopback, and to put the
 dashboard behind a tunnel, whose requests look local) every request carries it: `?token=` once
 (it becomes a cookie), `Authorization: Bearer`, or the cookie. Every name in a path is one plain
-component resolved inside the folder (`rlkit.monitor.trials.safe_child`).
+component resolved inside the folder (`rlkit.monitor.run_files.safe_child`).
 """
 
 from __future__ import annotations

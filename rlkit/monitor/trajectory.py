@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlkit.monitor.trials import NAME_RE, read_json
+from rlkit.monitor.run_files import NAME_RE, read_json
 
 SHELL_ARGS = ("keystrokes", "command", "cmd", "script", "code")
 OBSERVATION_LIMIT = 20_000

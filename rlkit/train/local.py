@@ -23,52 +23,23 @@ import functools
 import logging
 import signal
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from rlkit.config.paths import RunPaths
+from rlkit.train.local_config import (
+    due,
+    policy_config,
+    secrets_masked_in_logs,
+    total_steps,
+    tracking_config,
+)
 from rlkit.train.progress import StepProgress
-from rlkit.train.ray_local import RAY_CPUS, local_ray
+from rlkit.train.ray_local import local_ray
 from rlkit.train.resume import latest_step, set_aside_stale_steps
 
 if TYPE_CHECKING:
     from rlkit.config.resolve import ResolvedConfig
-    from rlkit.config.schema import RunConfig
 
 log = logging.getLogger(__name__)
-
-
-def total_steps(cfg: RunConfig, n_rows: int) -> int:
-    """TOTAL_STEPS, else TOTAL_EPOCHS full batches per epoch (verl's dataloader drops the last partial one)."""
-    if cfg.TOTAL_STEPS > 0:
-        return cfg.TOTAL_STEPS
-    return max(1, n_rows // cfg.TRAIN_BSZ) * cfg.TOTAL_EPOCHS
-
-
-def tracking_config(resolved: ResolvedConfig) -> dict[str, str]:
-    """The run's keys as W&B / TensorBoard see them: secret keys left out, secret values masked
-    wherever another value repeats them (`EXP_NAME=run-${WANDB_API_KEY}`)."""
-    from rlkit.config.schema import is_secret
-    from rlkit.config.secrets import mask_secrets
-
-    return {k: mask_secrets(str(v), resolved) for k, v in resolved.config.model_dump().items() if not is_secret(k)}
-
-
-@contextlib.contextmanager
-def secrets_masked_in_logs(resolved: ResolvedConfig) -> Iterator[None]:
-    """Every root-logger handler masks the run's secret values while the run lasts (a filter on the
-    logger itself would miss the records that child loggers propagate)."""
-    from rlkit.config.display import CleanFilter
-
-    secret_filter = CleanFilter(resolved.secrets)
-    handlers = list(logging.getLogger().handlers)
-    for handler in handlers:
-        handler.addFilter(secret_filter)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(secret_filter)
 
 
 def step_trial_counts(result: Any) -> dict[str, int]:
@@ -76,26 +47,6 @@ def step_trial_counts(result: Any) -> dict[str, int]:
     records = result.records
     return {"done": len(records), "total": len(records), "masked": sum(r.masked for r in records),
             "passed": sum(not r.masked and r.reward >= 1.0 for r in records)}
-
-
-def due(step: int, freq: int, last: int) -> bool:
-    """verl's rule: every `freq` steps and at the last one; never when freq <= 0."""
-    return freq > 0 and (step % freq == 0 or step == last)
-
-
-def policy_config(cfg: RunConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from rlkit.train.algo import AlgoConfig
-
-    if cfg.TRAIN_BSZ % cfg.MINI_BSZ:
-        from rlkit.errors import ConfigError
-
-        raise ConfigError(f"MINI_BSZ={cfg.MINI_BSZ} does not divide TRAIN_BSZ={cfg.TRAIN_BSZ}", key="MINI_BSZ",
-                          fix="pick a MINI_BSZ that divides TRAIN_BSZ")
-    return {"algo": asdict(AlgoConfig.from_run_config(cfg)), "optim": {"lr": cfg.LR},
-            "max_prompt": cfg.MAX_PROMPT, "max_response": cfg.MAX_RESP,
-            "mini_batches": cfg.TRAIN_BSZ // cfg.MINI_BSZ, "seed": cfg.SEED}
 
 
 def process_ids(pids: list[int]) -> list[list[float]]:
@@ -115,8 +66,7 @@ class LocalTrainer:
     def __init__(self, resolved: ResolvedConfig, *, console: Any = None) -> None:
         self.resolved = resolved
         self.cfg = resolved.config
-        root = resolved.path("OUTPUT_DIR") or resolved.root
-        self.paths = RunPaths(root, self.cfg.PROJECT_NAME or "default", self.cfg.EXP_NAME or "default")
+        self.paths = resolved.run_paths()
         self.state_dir = self.paths.state
         self.progress = StepProgress(console)
         self._counts: dict[str, int] = {}  # the rollout actor's last trial counts
@@ -371,28 +321,6 @@ class LocalTrainer:
                         break
         self.stop.raise_if_stopped(cfg.EXP_NAME, int(lock.data.get("step", 0)), self._saved_step, cfg.TRAINER_SAVE_FREQ)
         return 0
-
-
-def dry_run_text(resolved: ResolvedConfig) -> str:
-    """DRY_RUN for TRAINER=local: what this machine will run, from the objects the run uses."""
-    from rlkit.config.secrets import mask_secrets
-    from rlkit.launch.inference import Inference, InferenceConfig
-
-    cfg = resolved.config
-    paths = LocalTrainer(resolved).paths
-    inf_config = InferenceConfig.from_run_config(cfg, root=resolved.root, log_dir=paths.logs,
-                                                 model_path=str(resolved.path("MODEL_PATH")))
-    commands = Inference(inf_config).planned_commands()
-    lines = ["# TRAINER=local: the embedded trainer on this machine (no verl main_ppo, no Ray cluster)",
-             (f"ray        local only: ray.init(address='local', num_cpus={RAY_CPUS}); a policy actor "
-              "(PolicyUpdater, torch on the CPU) and a rollout actor (RolloutEngine)"),
-             f"vllm       {commands['vllm']}",
-             f"proxy      {commands['proxy']}",
-             f"steps      {cfg.TRAIN_BSZ} prompts x {cfg.N_RESP} responses, {cfg.ALGORITHM.value} via verl's core_algos",
-             f"logs       {paths.console_log}  {paths.jsonl}",
-             f"trials     {paths.trials}/step_<N>/",
-             f"checkpoints {paths.checkpoints}/global_step_<N>/ every {cfg.TRAINER_SAVE_FREQ} steps"]
-    return mask_secrets("\n".join(lines), resolved)
 
 
 def train_local(resolved: ResolvedConfig, *, console: Any = None) -> int:

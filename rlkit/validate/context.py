@@ -17,7 +17,18 @@ from collections.abc import Callable
 from rlkit.config import owner as O
 from rlkit.config.files import FileReadError
 from rlkit.config.paths import RunPaths
-from rlkit.validate.findings import Check, Context, Finding, Phase, fatal, ok, skip, warn
+from rlkit.validate.findings import (
+    CHECK_TIMEOUT_S,
+    Check,
+    Context,
+    Finding,
+    Phase,
+    fatal,
+    ok,
+    run_bounded,
+    skip,
+    warn,
+)
 from rlkit.validate.system import output_root
 
 CLEANUP = "rlkit cleanup CFG (stops only orphans of dead runs)"
@@ -178,6 +189,4 @@ def gpu_ownership(ctx: Context, owner_of: Callable[[int], tuple[str | None, str]
 
 
 def run_context_checks(ctx: Context) -> list[Finding]:
-    from rlkit.validate.preflight import CHECK_TIMEOUT_S, _run_bounded
-
-    return [f for check in CHECKS for f in _run_bounded(check, ctx, CHECK_TIMEOUT_S)]
+    return [f for check in CHECKS for f in run_bounded(check, ctx, CHECK_TIMEOUT_S)]

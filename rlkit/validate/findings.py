@@ -7,6 +7,7 @@ Checks return findings; only the CLI turns them into exit codes.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.config.display import clean
+from rlkit.errors import UserError
 from rlkit.registry import Registry
 
 if TYPE_CHECKING:
@@ -149,3 +151,31 @@ def fatal(check: str, message: str, fix: str, **kw: str | None) -> Finding:
 
 def skip(check: str, message: str) -> Finding:
     return Finding(check, Status.SKIP, message)
+
+
+CHECK_TIMEOUT_S = 60.0  # a check's own time; preflight gives a few checks longer
+
+
+def run_bounded(check: Check, ctx: Context, timeout_s: float) -> list[Finding]:
+    """The check's findings; a crash or a hang is a FATAL of its own, never the end of preflight."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["findings"] = check.run(ctx)
+        except Exception as exc:  # noqa: BLE001 -- a broken check must not hide the others' findings
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"check-{check.name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():  # left behind as a daemon thread: it cannot keep the process alive
+        return [Finding(check.name, Status.FATAL, f"check did not finish within {timeout_s:.0f} s",
+                        "something it reads (a network path, a daemon) hangs; fix that, then run again")]
+    if "error" in box:
+        exc = box["error"]
+        if isinstance(exc, UserError):  # a library's verdict on the config (e.g. a head name that does not resolve)
+            return [Finding(check.name, Status.FATAL, exc.message, exc.fix, key=exc.key, where=exc.where() or None)]
+        return [Finding(check.name, Status.FATAL, f"check crashed: {type(exc).__name__}: {exc}",
+                        "report this as an rlkit bug")]
+    return box["findings"]  # type: ignore[return-value]

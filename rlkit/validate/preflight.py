@@ -14,12 +14,20 @@ from typing import Any
 
 from rlkit.config.display import clean
 from rlkit.config.resolve import ResolvedConfig, render_block, resolve
-from rlkit.errors import PreflightFailed, UserError
-from rlkit.validate.findings import CHECKS, ORDER, Check, Context, Finding, Phase, Status
+from rlkit.errors import PreflightFailed
+from rlkit.validate.findings import (
+    CHECK_TIMEOUT_S,
+    CHECKS,
+    ORDER,
+    Context,
+    Finding,
+    Phase,
+    Status,
+    run_bounded,
+)
 
 # Every check is bounded in time and output: a hung check becomes a FATAL, and a check with
 # thousands of findings (80,000 unknown keys) shows the first few and a count.
-CHECK_TIMEOUT_S = 60.0
 CHECK_TIMEOUTS_S = {"tool_call_parser": 330.0}  # the probe subprocess has 300 s of its own
 # Slow work a check waits on, started before any check runs so the others overlap it. A start
 # that has not returned within EARLY_START_S (a hung model path) is left behind; its check reports.
@@ -97,7 +105,7 @@ def run_checks(ctx: Context, phases: Iterable[Phase] = (Phase.STATIC, Phase.WORL
             check = CHECKS.get(name)
             if check.phase is not phase or (wanted is not None and name not in wanted):
                 continue
-            findings += _capped(name, _run_bounded(check, ctx, CHECK_TIMEOUTS_S.get(name, CHECK_TIMEOUT_S)))
+            findings += _capped(name, run_bounded(check, ctx, CHECK_TIMEOUTS_S.get(name, CHECK_TIMEOUT_S)))
     return findings
 
 
@@ -113,31 +121,6 @@ def _start_early(target: str, ctx: Context) -> None:
     thread = threading.Thread(target=start, name=f"start-{target}", daemon=True)
     thread.start()
     thread.join(EARLY_START_S)
-
-
-def _run_bounded(check: Check, ctx: Context, timeout_s: float) -> list[Finding]:
-    """The check's findings; a crash or a hang is a FATAL of its own, never the end of preflight."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["findings"] = check.run(ctx)
-        except Exception as exc:  # noqa: BLE001 -- a broken check must not hide the others' findings
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"check-{check.name}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():  # left behind as a daemon thread: it cannot keep the process alive
-        return [Finding(check.name, Status.FATAL, f"check did not finish within {timeout_s:.0f} s",
-                        "something it reads (a network path, a daemon) hangs; fix that, then run again")]
-    if "error" in box:
-        exc = box["error"]
-        if isinstance(exc, UserError):  # a library's verdict on the config (e.g. a head name that does not resolve)
-            return [Finding(check.name, Status.FATAL, exc.message, exc.fix, key=exc.key, where=exc.where() or None)]
-        return [Finding(check.name, Status.FATAL, f"check crashed: {type(exc).__name__}: {exc}",
-                        "report this as an rlkit bug")]
-    return box["findings"]  # type: ignore[return-value]
 
 
 def _capped(name: str, findings: list[Finding]) -> list[Finding]:

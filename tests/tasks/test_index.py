@@ -140,6 +140,23 @@ def test_cli_build_and_show(tmp_path: Path, capsys):
     assert "✓ 2 row(s)" in shown and "rlkit-task/" in shown
 
 
+def test_cli_build_writes_both_parts_of_a_split_at_once(tmp_path: Path, capsys):
+    one, both_train, both_val = tmp_path / "one.parquet", tmp_path / "train.parquet", tmp_path / "val.parquet"
+    assert rlkit_main(["index", "build", str(EXAMPLES), "-o", str(one), "--val-fraction", "0.3",
+                       "--split", "val"]) == 0
+    assert rlkit_main(["index", "build", str(EXAMPLES), "-o", str(both_train), "--val-fraction", "0.3",
+                       "--val-output", str(both_val)]) == 0
+    out = capsys.readouterr().out
+    assert "✓ wrote 7 train task(s)" in out and "✓ wrote 3 val task(s)" in out
+    val_ids = [r.task_id for r in load_index(both_val)]
+    assert val_ids == [r.task_id for r in load_index(one)]  # the same split as --split val alone
+    assert not set(val_ids) & {r.task_id for r in load_index(both_train)}
+    assert {r.split for r in load_index(both_val)} == {"val"}
+
+    assert rlkit_main(["index", "build", str(EXAMPLES), "-o", str(one), "--val-output", str(both_val)]) == 2
+    assert "--val-fraction" in capsys.readouterr().err
+
+
 def test_cli_user_error_is_fatal_line_not_traceback(tmp_path: Path, capsys):
     assert rlkit_main(["index", "build", str(tmp_path / "nope"), "-o", str(tmp_path / "x.parquet")]) == 2
     err = capsys.readouterr().err

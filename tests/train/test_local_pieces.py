@@ -13,7 +13,7 @@ import pytest
 from rlkit.config.paths import RunPaths
 from rlkit.launch import lock as lock_mod
 from rlkit.rollout.records import Outcome, StepResult, TokenSegment, TrialRecord
-from rlkit.train.local import due, total_steps
+from rlkit.train.local_config import due, total_steps
 from rlkit.train.resume import latest_step
 from rlkit.train.runlog import MetricsLog, console_line, read_jsonl
 from rlkit.train.step_metrics import rollout_metrics, val_metrics
@@ -193,7 +193,7 @@ def test_tracking_config_and_logs_never_carry_a_secret(tmp_path: Path) -> None:
     import logging
 
     from rlkit.config.resolve import resolve
-    from rlkit.train.local import secrets_masked_in_logs, tracking_config
+    from rlkit.train.local_config import secrets_masked_in_logs, tracking_config
 
     cfg = tmp_path / "run.env"
     cfg.write_text("WANDB_API_KEY=wk-s3cr3t-value\nEXP_NAME=run-${WANDB_API_KEY}\n")
