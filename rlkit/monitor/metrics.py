@@ -241,7 +241,7 @@ def _tail_lines(path: Path, max_bytes: int, skips: Skips | None = None) -> Itera
 
 def latest_attempt(paths: RunPaths, skips: Skips | None = None) -> Attempt | None:
     """The last line of logs/<exp>_attempts.jsonl (None for a run from before attempt markers)."""
-    lines = lines_from_end(paths.attempts, skips=skips, max_bytes=64 << 20)
+    lines = lines_from_end(paths.attempts, skips=skips, max_bytes=256 << 20)
     return next((a for a in map(parse_attempt, _bounded(lines, 10_000)) if a is not None), None)
 
 

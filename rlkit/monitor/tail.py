@@ -101,8 +101,10 @@ def lines_from_end(path: Path, chunk: int = 64 * 1024, skips: Skips | None = Non
         end = pos
         while pos > 0:
             if end - pos >= max_bytes:
+                if too_long and skips is not None:
+                    skips.add(path)
                 return
-            step = min(chunk, pos)
+            step = min(CHUNK if too_long else chunk, pos)  # passing over a long line: big reads
             pos -= step
             f.seek(pos)
             block = f.read(step)
