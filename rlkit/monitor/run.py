@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.config.display import clean
-from rlkit.config.files import exists, is_dir, is_file
+from rlkit.config.files import clip, exists, is_dir, is_file
 from rlkit.config.owner import heartbeat_age_s, read_lock
 from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
@@ -65,7 +64,7 @@ def _checked_root(root: Path | None) -> Path:
     try:
         return (root or Path.cwd()).resolve()
     except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"cannot use {clean(str(root), limit=200)!r} as the run folder ({type(exc).__name__})",
+        raise UserError(f"cannot use {clip(str(root), 200)!r} as the run folder ({type(exc).__name__})",
                         key="root", fix="pass the folder that holds logs/ and harbor_trials/") from None
 
 
@@ -84,7 +83,7 @@ def locate(target: str | None, root: Path | None = None, overrides: dict[str, st
     if target and (target.endswith(".env") or is_file(Path(target))):
         return _from_config(Path(target), overrides)
     if target and not EXP_RE.match(target):
-        raise UserError(f"no run {clean(target, limit=120)!r}: not a run config, and not an experiment name",
+        raise UserError(f"no run {clip(target, 120)!r}: not a run config, and not an experiment name",
                         key="target", fix="pass a run config (rlkit status CFG.env) or an experiment name under "
                                           "logs/ (letters, digits, . _ -; at most 200)")
     logs = root / "logs"
