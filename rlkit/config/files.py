@@ -101,7 +101,6 @@ def _open_regular_fd(path: str | Path, max_bytes: int | None, root: str | Path |
     """An fd of `path`, refused before the open when it is not a regular file (a FIFO would block,
     a device never end) or when it leads out of `root`, and checked again on the open file (no swap in between)."""
     try:
-        confine(path, root)
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
             raise FileReadError(path, "is a directory, not a file", errno_=errno.EISDIR)
@@ -109,6 +108,7 @@ def _open_regular_fd(path: str | Path, max_bytes: int | None, root: str | Path |
             link = " (a link to one)" if os.path.islink(path) else ""
             raise FileReadError(path, f"is {_kind(st.st_mode)}{link}, not a regular file",
                                 fix="point at a regular file")
+        confine(path, root)  # after the kind: a link to /dev/zero is named as a device
         if max_bytes is not None and st.st_size > max_bytes:
             raise FileReadError(path, f"is too big ({st.st_size} bytes; at most {max_bytes} are read)")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
@@ -207,11 +207,12 @@ def json_value(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
         return None
 
 
-def read_yaml(path: str | Path, *, max_bytes: int = 4 * 2**20, max_depth: int = MAX_DEPTH) -> Any:
+def read_yaml(path: str | Path, *, max_bytes: int = 4 * 2**20, max_depth: int = MAX_DEPTH,
+              root: str | Path | None = None) -> Any:
     """A YAML file (safe_load: no tags that build objects), bounded like read_json."""
     import yaml
 
-    text = read_text(path, max_bytes=max_bytes)
+    text = read_text(path, max_bytes=max_bytes, root=root)
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -284,9 +285,10 @@ def validate_model[M](data: Any, model: type[M], path: str | Path, *, fix: str =
 
 
 def read_model[M](path: str | Path, model: type[M], *, fmt: str = "json", max_bytes: int = MAX_TEXT_BYTES,
-               fix: str = "") -> M:
+               fix: str = "", root: str | Path | None = None) -> M:
     """A JSON (or YAML) file validated by a pydantic model; FileReadError names what is wrong."""
-    data = read_yaml(path, max_bytes=max_bytes) if fmt == "yaml" else read_json(path, max_bytes=max_bytes)
+    data = (read_yaml(path, max_bytes=max_bytes, root=root) if fmt == "yaml"
+            else read_json(path, max_bytes=max_bytes, root=root))
     return validate_model(data, model, path, fix=fix)
 
 
