@@ -52,12 +52,20 @@ def folder_problem(path: Path) -> str | None:
     return None
 
 
+def _in_range(value: object, hi: float) -> bool:
+    """A number (not a bool) in (0, hi]; an int of 400 digits is out of range, never an OverflowError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int):
+        return 0 < value <= hi
+    return math.isfinite(value) and 0 < value <= hi
+
+
 def _timeout(value: object, key: str, config_path: Path) -> float | None:
     """A timeout from task.toml: None, or seconds, finite, in (0, TIMEOUT_MAX_S]."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 < value <= TIMEOUT_MAX_S:
+    if not _in_range(value, TIMEOUT_MAX_S):
         raise UserError(f"{key} must be a number of seconds in (0, {TIMEOUT_MAX_S:.0f}], got {value!r}", key=key,
                         file=str(config_path), fix=f"e.g. {key.split('.')[-1]} = 600.0")
     return float(value)
@@ -153,7 +161,7 @@ def _is_nested_in_task(task_dir: Path, root: Path) -> bool:
 def _bounded[N: (int, float)](value: N | None, key: str, hi: int, config_path: Path) -> N | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= hi:
+    if not _in_range(value, hi):
         raise UserError(f"{key} must be a number in (0, {hi}], got {value!r}", key=key, file=str(config_path),
                         fix=f"e.g. {key.split('.')[-1]} = 1")
     return value
@@ -171,7 +179,7 @@ def _difficulty(value: object, config_path: Path) -> str | None:
 def _pass_rate(value: object, config_path: Path) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:  # no float(): 400 digits
         raise UserError(f"metadata.pass_rate must be a number in [0, 1], got {value!r}",
                         key="metadata.pass_rate", file=str(config_path), fix="e.g. pass_rate = 0.25")
     return float(value)

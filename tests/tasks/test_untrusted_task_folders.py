@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -88,7 +89,7 @@ def test_index_build_refuses_it_and_copies_nothing(task: Path, tmp_path: Path, c
     assert "Traceback" not in text.err + text.out and "instruction.md" in text.err + text.out
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5.0", "0", "1e300", '"x"'])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5.0", "0", "1e300", '"x"', "9" * 400])
 @pytest.mark.parametrize("table", ["agent", "verifier"])
 def test_timeouts_are_finite_and_in_range(task: Path, value: str, table: str) -> None:
     toml = (task / "task.toml").read_text()
@@ -99,6 +100,17 @@ def test_timeouts_are_finite_and_in_range(task: Path, value: str, table: str) ->
     with pytest.raises(UserError) as err:
         load_task(task)
     assert "timeout_sec" in str(err.value)
+
+
+@pytest.mark.parametrize(("key", "value"), [("cpus", "9" * 400), ("memory_mb", "nan"), ("cpus", "0")])
+def test_resources_are_finite_and_in_range(task: Path, key: str, value: str) -> None:
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", toml))
+    with pytest.raises(UserError, match=key):
+        load_task(task)
+    (task / "task.toml").write_text(toml.replace("[metadata]", f"[metadata]\npass_rate = {'9' * 400}"))
+    with pytest.raises(UserError, match="pass_rate"):
+        load_task(task)
 
 
 def test_the_shipped_tasks_pass_the_folder_check() -> None:
