@@ -44,8 +44,12 @@ def safe_child(root: Path, *names: str) -> Path:
     for name in names:
         if not NAME_RE.match(name) or name in {".", ".."}:
             raise PathRefused(f"refused path component {name!r}", fix="name a step or trial folder")
-    base = root.resolve()
-    path = base.joinpath(*names).resolve()
+    try:  # a symlink loop, a name too long: refused, never a RuntimeError / OSError (a 500)
+        base = root.resolve()
+        path = base.joinpath(*names).resolve()
+    except (OSError, RuntimeError, ValueError):
+        raise PathRefused(f"refused path {'/'.join(names)!r}: it cannot be resolved (a symlink loop?)",
+                          fix="name a trial folder") from None
     if path != base and base not in path.parents:
         raise PathRefused(f"refused path {'/'.join(names)!r}: outside the run's folders", fix="name a trial folder")
     return path

@@ -22,6 +22,7 @@ from rlkit.monitor.status import collect, render
 
 EXP = "fx-crash"
 TRIALS = Path("harbor_trials") / "embedded" / EXP
+TRIAL_DIR = TRIALS / "step_1" / "word-frequency__933cda1f"
 SECRET = "hf_Xy7Lk2Pq9Rt4Vm8Zn3Bw6Cd"
 
 
@@ -238,3 +239,15 @@ def test_one_bad_run_does_not_break_the_listing_of_others(run_copy) -> None:
     runs = _client(root).get("/api/runs")
     assert runs.status_code == 200
     assert {r["exp"] for r in runs.json()["runs"]} == {EXP, "fx-healthy"}
+
+
+def test_a_symlink_loop_where_a_trial_file_should_be_is_a_404_not_a_500(run_copy) -> None:
+    """Found by the fuzz: Path.resolve() raises RuntimeError on a loop."""
+    root = run_copy("crashed")
+    trial = root / TRIAL_DIR
+    (trial / "agent" / "trajectory.json").unlink()
+    (trial / "agent" / "trajectory.json").symlink_to(trial / "agent" / "trajectory.json")
+    client = _client(root)
+    response = client.get(f"/api/runs/{EXP}/steps/1/trials/word-frequency__933cda1f/trajectory.json")
+    assert response.status_code == 404
+    assert client.get(f"/api/runs/{EXP}/steps/1/trials/word-frequency__933cda1f").status_code == 200
