@@ -8,6 +8,20 @@ Library code raises these; only the CLI turns them into exit codes.
 
 from __future__ import annotations
 
+import re
+
+# Control characters of a message (ESC, C1, bidi overrides) shown escaped: a name from a run's files or an
+# argument reaches the terminal as text (the same set as rlkit.config.ranges.escape_controls; newline and tab kept).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\ufeff]")
+
+
+def _escaped(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        code = ord(m.group(0))
+        return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+    return _CONTROLS.sub(one, text) if isinstance(text, str) else text
+
 
 class RlkitError(Exception):
     """Base class of every error rlkit raises on purpose."""
@@ -33,10 +47,10 @@ class UserError(RlkitError):
         line: int | None = None,
         **fields: object,
     ) -> None:
-        super().__init__(message, **fields)
-        self.fix = fix
-        self.key = key
-        self.file = file
+        super().__init__(_escaped(message), **fields)
+        self.fix = _escaped(fix)
+        self.key = _escaped(key) if key is not None else None
+        self.file = _escaped(file) if file is not None else None
         self.line = line
 
     def where(self) -> str:
@@ -57,6 +71,10 @@ class UserError(RlkitError):
 
 class ConfigError(UserError):
     """A run config (or site.env / axis module) that cannot be read or is invalid."""
+
+
+class ArgumentError(UserError, TypeError):
+    """An API function was given an argument it cannot take (a TypeError too, as Python's own would be)."""
 
 
 class MissingExtraError(UserError):

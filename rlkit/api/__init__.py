@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.api._inputs import as_resolved, config_overrides, is_config
+from rlkit.api._inputs import argument_error, as_resolved, config_overrides, is_config
 
 if TYPE_CHECKING:
     from rlkit.api.passes import Progress
@@ -123,7 +123,7 @@ def status(target: Config | RunHandle | None = None, *, root: str | Path | None 
         target, extra = target.config, {**target.overrides, **extra}
     if is_config(target) or extra:
         if target is None:
-            raise TypeError("status() takes overrides only with a run config")
+            raise argument_error("status() takes overrides only with a run config")
         ref = ref_of(as_resolved(target, extra))
     else:
         ref = locate(None if target is None else str(target), Path(root) if root else None)
@@ -176,9 +176,9 @@ def _pass_settings(function: str, k: int, options: dict[str, Any], config: Confi
     keys = {name: options.pop(name) for name in list(options) if name.isupper()}
     unknown = set(options) - PassSettings.names()
     if unknown:
-        raise TypeError(f"{function}() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+        raise argument_error(f"{function}() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
     if keys and config is None:
-        raise TypeError(f"{function}() takes config keys ({', '.join(keys)}) only with config=")
+        raise argument_error(f"{function}() takes config keys ({', '.join(keys)}) only with config=")
     resolved = as_resolved(config, keys) if config is not None else None
     return PassSettings(attempts=k, **options).with_config(resolved)
 
@@ -212,7 +212,7 @@ def cleanup(config: Config | None = None, *, project: str | None = None, experim
         port_list = port_list or [c.PROXY_PORT, c.DASHBOARD_PORT, c.RAY_PORT]
         project = project or c.PROJECT_NAME or None
     elif extra:
-        raise TypeError("cleanup() takes config keys only with a run config")
+        raise argument_error("cleanup() takes config keys only with a run config")
     policy = Policy(output_root=root.resolve(), force=force, other_users=other_users)
     return clean(project, experiment, dry_run=dry_run, k8s=k8s, processes=not sandboxes_only,
                  tmp=not sandboxes_only, ports=port_list or [DEFAULT_PROXY_PORT], policy=policy,

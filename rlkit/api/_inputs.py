@@ -10,12 +10,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rlkit.config.resolve import ResolvedConfig
 
+
+def argument_error(message: str) -> Exception:
+    """rlkit.errors.ArgumentError (a TypeError too), imported when raised: `import rlkit` stays one module."""
+    from rlkit.errors import ArgumentError
+
+    return ArgumentError(message, fix="see the function's docstring (help(rlkit.FUNCTION))")
+
+
 def config_overrides(function: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments in upper case are config keys (overrides); any other unknown one is a typo."""
     for name in kwargs:
         if not name.isupper():
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r} "
-                            "(config keys are upper case)")
+            raise argument_error(f"{function}() got an unexpected keyword argument {name!r} "
+                                 "(config keys are upper case)")
     return dict(kwargs)
 
 
@@ -37,5 +45,5 @@ def as_resolved(config: Any, overrides: Mapping[str, Any] | None = None,
         merged = {**config.overrides, **(overrides or {})}
         return resolve(config.config_path, config.environ if environ is None else environ, overrides=merged)
     if not isinstance(config, (str, os.PathLike)):
-        raise TypeError(f"expected a run config path or a resolved config, got {type(config).__name__}")
+        raise argument_error(f"expected a run config path or a resolved config, got {type(config).__name__}")
     return resolve(Path(config), environ, overrides=overrides)

@@ -159,12 +159,21 @@ def run_pass(engine: Any, rows: list, k: int, results: Path, progress: Progress 
     return asyncio.run(run_pass(engine, rows, k, results, on_result=on_result))
 
 
+def check_model(model_path: str, settings: PassSettings) -> None:
+    """The model folder's checks of `rlkit check` (rlkit.validate.model_folder); UserError on a FATAL one."""
+    from rlkit.validate.model_folder import require_model_folder
+
+    require_model_folder(model_path, settings.tool_call_parser or "qwen3_coder")
+
+
 def rollout_pass(index: Path, *, model_path: str | None, agent: str | None, settings: PassSettings,
                  low: float, high: float, inclusive: bool, progress: Progress | None) -> RolloutResult:
     from rlkit.rollout.passes import RESULTS_FILE, rollout_result
     from rlkit.tasks.index import load_index
 
     rows = load_index(index)
+    if model_path is not None:
+        check_model(model_path, settings)
     out = out_dir(settings, index, "rollouts")
     experiment = settings.experiment or index.stem
     with inference_for(model_path, settings, out / "logs", experiment) as stack:
@@ -179,6 +188,8 @@ def eval_pass(model: str, index: Path, *, agent: str, settings: PassSettings,
     from rlkit.tasks.index import load_index
 
     rows = load_index(index)
+    if agent == "model":  # what `rlkit check` checks of MODEL_PATH, with its budgets, before vLLM starts
+        check_model(model, settings)
     out = out_dir(settings, index, "evals")
     experiment = settings.experiment or f"eval-{index.stem}"
     with inference_for(model if agent == "model" else None, settings, out / "logs", experiment) as stack:

@@ -47,7 +47,7 @@ def _loop(args: argparse.Namespace) -> int:
     while True:
         status = api.status(target, root=args.root)
         if args.json:
-            print(json.dumps(status.as_dict()), flush=True)
+            print(json.dumps(status.as_dict(), allow_nan=False), flush=True)  # strict JSON: as_dict has no NaN
         else:
             if args.follow:
                 print(f"\n── {time.strftime('%H:%M:%S')}", flush=True)

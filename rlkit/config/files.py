@@ -11,6 +11,12 @@ markers, kube configs, a run's logs and summaries) is read here:
     read_model(path, Model)    the shape checked by a pydantic model
     read_int(path, lo, hi)     a marker file holding one number (a checkpoint's step)
     open_regular(path)         a binary stream, for readers that seek and tail (logs)
+    check_tree(folder)         every entry of a folder (a task's build context): regular files and folders
+                               only, no link out of it, bounded in count and bytes
+
+Files other people wrote (a run's outputs, a third-party task, a model folder on a shared disk) are
+read with `root=` their folder: a path whose real location leaves `root` (a link to /etc/shadow, to
+/proc/self/environ) is refused like a FIFO is.
 
 Every way a read can fail (missing, a directory, a symlink loop, a path under a regular file,
 a name too long, a NUL in the path, no permission, not a regular file, too big, not UTF-8,
@@ -75,9 +81,25 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _open_regular_fd(path: str | Path, max_bytes: int | None) -> int:
+def inside(path: str | Path, root: str | Path) -> bool:
+    """Does `path`, every link followed, stay under `root` (itself resolved)? False for any unreadable path."""
+    try:
+        real, base = os.path.realpath(path), os.path.realpath(root)
+    except (OSError, ValueError):
+        return False
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def confine(path: str | Path, root: str | Path | None) -> None:
+    """FileReadError when `path` leads out of `root` (a link to a file elsewhere)."""
+    if root is not None and not inside(path, root):
+        raise FileReadError(path, f"leads out of its folder {clip(str(root), 120)} (a link to a file elsewhere)",
+                            fix="replace the link with the file itself")
+
+
+def _open_regular_fd(path: str | Path, max_bytes: int | None, root: str | Path | None = None) -> int:
     """An fd of `path`, refused before the open when it is not a regular file (a FIFO would block,
-    a device never end), and checked again on the open file (no swap in between)."""
+    a device never end) or when it leads out of `root`, and checked again on the open file (no swap in between)."""
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
@@ -86,6 +108,7 @@ def _open_regular_fd(path: str | Path, max_bytes: int | None) -> int:
             link = " (a link to one)" if os.path.islink(path) else ""
             raise FileReadError(path, f"is {_kind(st.st_mode)}{link}, not a regular file",
                                 fix="point at a regular file")
+        confine(path, root)  # after the kind: a link to /dev/zero is named as a device
         if max_bytes is not None and st.st_size > max_bytes:
             raise FileReadError(path, f"is too big ({st.st_size} bytes; at most {max_bytes} are read)")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
@@ -103,15 +126,15 @@ def _open_regular_fd(path: str | Path, max_bytes: int | None) -> int:
         raise FileReadError(path, "has a NUL character in its path") from None
 
 
-def open_regular(path: str | Path) -> IO[bytes]:
+def open_regular(path: str | Path, *, root: str | Path | None = None) -> IO[bytes]:
     """A binary stream of a regular file (FileReadError otherwise): for readers that seek and tail."""
-    return os.fdopen(_open_regular_fd(path, None), "rb")
+    return os.fdopen(_open_regular_fd(path, None, root), "rb")
 
 
-def read_bytes(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+def read_bytes(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES, root: str | Path | None = None) -> bytes:
     """The file's bytes: a regular file of at most `max_bytes` (a /proc file that claims 0 bytes
     and grows is cut at the bound too)."""
-    with os.fdopen(_open_regular_fd(path, max_bytes), "rb") as f:
+    with os.fdopen(_open_regular_fd(path, max_bytes, root), "rb") as f:
         try:
             data = f.read(max_bytes + 1)
         except OSError as exc:
@@ -130,9 +153,10 @@ def decode_utf8(data: bytes, path: str | Path, *, fix: str = "save it as UTF-8")
                             fix=fix, line=line, offset=exc.start) from None
 
 
-def read_text(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES, fix: str = "save it as UTF-8") -> str:
+def read_text(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES, fix: str = "save it as UTF-8",
+              root: str | Path | None = None) -> str:
     """A UTF-8 text file, or FileReadError."""
-    return decode_utf8(read_bytes(path, max_bytes=max_bytes), path, fix=fix)
+    return decode_utf8(read_bytes(path, max_bytes=max_bytes, root=root), path, fix=fix)
 
 
 class _Refused(ValueError):
@@ -162,20 +186,33 @@ def parse_json(text: str, path: str | Path, *, max_depth: int = MAX_DEPTH) -> An
         raise FileReadError(path, str(exc)) from None
     except RecursionError:
         raise FileReadError(path, f"is JSON nested too deeply to read (at most {max_depth} levels)") from None
+    except ValueError as exc:  # an integer past Python's digit limit, raised before parse_int
+        raise FileReadError(path, f"is not valid JSON ({clip(str(exc), 80)})") from None
     check_shape(data, path, max_depth=max_depth)
     return data
 
 
-def read_json(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+def read_json(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES, max_depth: int = MAX_DEPTH,
+              root: str | Path | None = None) -> Any:
     """A JSON file, or FileReadError naming the line and column of a syntax error."""
-    return parse_json(read_text(path, max_bytes=max_bytes), path, max_depth=max_depth)
+    return parse_json(read_text(path, max_bytes=max_bytes, root=root), path, max_depth=max_depth)
 
 
-def read_yaml(path: str | Path, *, max_bytes: int = 4 * 2**20, max_depth: int = MAX_DEPTH) -> Any:
+def json_value(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """One JSON value of a line a log holds (an attempt marker, a metric record), bounded like read_json;
+    None when it is not one (a torn line, nesting past the bound, an integer too long, NaN)."""
+    try:
+        return parse_json(text, "<line>", max_depth=max_depth)
+    except FileReadError:
+        return None
+
+
+def read_yaml(path: str | Path, *, max_bytes: int = 4 * 2**20, max_depth: int = MAX_DEPTH,
+              root: str | Path | None = None) -> Any:
     """A YAML file (safe_load: no tags that build objects), bounded like read_json."""
     import yaml
 
-    text = read_text(path, max_bytes=max_bytes)
+    text = read_text(path, max_bytes=max_bytes, root=root)
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -248,9 +285,10 @@ def validate_model[M](data: Any, model: type[M], path: str | Path, *, fix: str =
 
 
 def read_model[M](path: str | Path, model: type[M], *, fmt: str = "json", max_bytes: int = MAX_TEXT_BYTES,
-               fix: str = "") -> M:
+               fix: str = "", root: str | Path | None = None) -> M:
     """A JSON (or YAML) file validated by a pydantic model; FileReadError names what is wrong."""
-    data = read_yaml(path, max_bytes=max_bytes) if fmt == "yaml" else read_json(path, max_bytes=max_bytes)
+    data = (read_yaml(path, max_bytes=max_bytes, root=root) if fmt == "yaml"
+            else read_json(path, max_bytes=max_bytes, root=root))
     return validate_model(data, model, path, fix=fix)
 
 
@@ -263,6 +301,41 @@ def read_int(path: str | Path, *, lo: int = 0, hi: int = 2**31 - 1) -> int:
     if not lo <= value <= hi:
         raise FileReadError(path, f"holds {value}, outside {lo}..{hi}", fix="delete it, or write the right number")
     return value
+
+
+def check_tree(folder: str | Path, *, max_entries: int = 100_000, max_bytes: int = 2 * 2**30,
+               max_file_bytes: int = 2**30) -> None:
+    """Every entry under `folder` (a task's build context): regular files and folders only (a FIFO would hang
+    the tar that sends it to the daemon, a device never end), links only to entries inside `folder`, at most
+    `max_entries` entries and `max_bytes` in all (apparent size: a sparse 4 GB file counts 4 GB).
+    FileReadError names the first entry that is not."""
+    count, total = 0, 0
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=_raise_walk_error):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            count += 1
+            if count > max_entries:
+                raise FileReadError(folder, f"holds more than {max_entries} files", fix="keep the folder small")
+            confine(path, folder)
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                raise FileReadError(path, os_reason(exc), errno_=exc.errno) from None
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise FileReadError(path, f"is {_kind(st.st_mode)}, not a regular file",
+                                    fix="remove it, or replace it with a regular file")
+            if st.st_size > max_file_bytes:
+                raise FileReadError(path, f"is too big ({st.st_size} bytes; at most {max_file_bytes})",
+                                    fix="remove it, or fetch it while the image builds")
+            total += st.st_size
+            if total > max_bytes:
+                raise FileReadError(folder, f"holds more than {max_bytes} bytes", fix="keep the folder small")
+
+
+def _raise_walk_error(exc: OSError) -> None:
+    raise FileReadError(exc.filename or "?", os_reason(exc), errno_=exc.errno)
 
 
 def is_file(path: Path) -> bool:

@@ -6,6 +6,11 @@ window (`max_position_embeddings`) and on what is malformed. Only the fields rlk
 typed; every other field of an HF config is kept as it is. A field of the wrong type, a
 window that is not a positive count of tokens, an integer too long to be a count, nesting
 past the reader's bound: each is a FileReadError naming the file and the field.
+
+A model folder may sit on a disk others write: its files are read with the folder as their root
+(`model_root`), so a config.json or a tokenizer file that is a link out of it (to /etc/shadow) is
+refused. A Hugging Face hub snapshot links its files into the repository's blobs/: its root is the
+repository folder (models--org--name).
 """
 
 from __future__ import annotations
@@ -104,13 +109,22 @@ class TokenizerConfig(BaseModel):
         return t
 
 
+def model_root(model_dir: str | Path) -> Path:
+    """The folder a model's files may not leave: the model folder, or for a Hugging Face hub snapshot
+    (models--org--name/snapshots/<rev>, whose files link into ../../blobs) the repository folder."""
+    path = Path(model_dir)
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent
+    return path
+
+
 def read_model_config(model_dir: str | Path) -> ModelConfig:
     """MODEL_PATH/config.json, typed; FileReadError names the file and what is wrong."""
-    return read_model(Path(model_dir) / "config.json", ModelConfig, fix=RESAVE)
+    return read_model(Path(model_dir) / "config.json", ModelConfig, fix=RESAVE, root=model_root(model_dir))
 
 
 def read_tokenizer_config(path: str | Path) -> TokenizerConfig:
-    return read_model(path, TokenizerConfig, fix=RESAVE)
+    return read_model(path, TokenizerConfig, fix=RESAVE, root=model_root(Path(path).parent))
 
 
 class FsdpConfig(BaseModel):
@@ -132,5 +146,5 @@ def model_window(model_dir: str | Path) -> int | None:
     return read_model_config(model_dir).window
 
 
-__all__ = ["FileReadError", "ModelConfig", "TokenizerConfig", "model_window", "read_model_config",
+__all__ = ["FileReadError", "ModelConfig", "TokenizerConfig", "model_root", "model_window", "read_model_config",
            "read_tokenizer_config", "read_world_size"]

@@ -10,6 +10,7 @@ errors naming the key, exactly as in a file. Python values become the text a fil
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -41,6 +42,11 @@ def as_text(value: object) -> str:
         return str(value.value)
     if isinstance(value, PurePath):
         return str(value)
+    if isinstance(value, int):
+        try:
+            return str(value)
+        except ValueError:  # past Python's digit limit: text no key's range accepts, so check names the key
+            return f"{'-' if value < 0 else ''}<an integer of more than {sys.get_int_max_str_digits()} digits>"
     return str(value)
 
 

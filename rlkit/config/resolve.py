@@ -106,6 +106,16 @@ class ResolvedConfig:
     overrides: dict[str, str] = field(default_factory=dict)  # the override layer as given (text)
     environ: dict[str, str] | None = field(default=None, repr=False)  # the process environment it was resolved in
 
+    def __repr__(self) -> str:
+        """Where it came from and how many values, never a value (the dataclass repr would show every secret)."""
+        from rlkit.config.display import clean
+
+        keys = ", ".join(sorted(self.overrides))
+        return clean(f"ResolvedConfig(config_path={str(self.config_path)!r}, keys={len(self.values)}, "
+                     f"overrides=[{keys}], errors={len(self.errors) + len(self.type_errors)})", secrets=self)
+
+    __str__ = __repr__
+
     def path(self, key: str) -> Path | None:
         """A path-valued key, absolute (None when empty)."""
         text = str(getattr(self.config, key))

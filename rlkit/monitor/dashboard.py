@@ -19,21 +19,30 @@ another site cannot rebind to it). With a token (needed to bind beyond loopback,
 dashboard behind a tunnel, whose requests look local) every request carries it: `?token=` once
 (it becomes a cookie), `Authorization: Bearer`, or the cookie. Every name in a path is one plain
 component resolved inside the folder (`rlkit.monitor.run_files.safe_child`).
+
+What it serves is what `rlkit status` prints, cleaned the same way: every answer is JSON whose
+strings (keys included) passed `rlkit.config.display.clean` (secrets this process knows masked,
+control characters escaped) and whose numbers are finite (`CleanJSONResponse`); no file is read
+from outside the run's folders (a link out of them is not followed, rlkit.monitor.run_files).
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any
 
+from rlkit.config.display import clean
+from rlkit.config.files import inside
 from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
 from rlkit.monitor import metrics as metrics_mod
 from rlkit.monitor import trials as trials_mod
-from rlkit.monitor.run import RunRef, lock_owner_alive, read_lock
+from rlkit.monitor.run import EXP_RE, RunRef, lock_owner_alive, read_lock
 from rlkit.monitor.tail import LineTail
+from rlkit.monitor.values import count, finite_json
 from rlkit.monitor.vllm_log import parse_line as parse_vllm_line
 
 STATIC = Path(__file__).parent / "static"
@@ -41,6 +50,24 @@ COOKIE = "rlkit_dashboard_token"
 LOG_SUFFIXES = ("_vllm", "_proxy", "_reaper", "_server", "_vllm_server", "_attempts")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 MAX_READ = 64 << 20  # one metrics request reads at most this much; the client asks again from the new offset
+
+
+def cleaned(obj: Any, depth: int = 0) -> Any:
+    """`obj` with every string, keys included, through display.clean (rlkit status's own cleaning) and every
+    number finite: what the dashboard may send."""
+    if isinstance(obj, str):
+        return clean(obj)
+    if depth > 80:
+        return None
+    if isinstance(obj, dict):
+        return {clean(str(k)): cleaned(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [cleaned(v, depth + 1) for v in obj]
+    return finite_json(obj)
+
+
+def clean_json(obj: Any) -> bytes:
+    return json.dumps(cleaned(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def is_loopback(host: str | None) -> bool:
@@ -68,17 +95,26 @@ class RunFolder:
     def runs(self) -> list[dict[str, Any]]:
         logs = self.root / "logs"
         names: dict[str, float] = {}
-        if logs.is_dir():
-            for path in logs.iterdir():
-                if path.suffix in {".jsonl", ".log"} and not path.stem.endswith(LOG_SUFFIXES):
-                    names[path.stem] = max(names.get(path.stem, 0.0), path.stat().st_mtime)
+        try:
+            entries = list(logs.iterdir())
+        except (OSError, ValueError):
+            entries = []
+        for path in entries:
+            if path.suffix in {".jsonl", ".log"} and not path.stem.endswith(LOG_SUFFIXES) and EXP_RE.match(path.stem):
+                try:
+                    names[path.stem] = max(names.get(path.stem, 0.0), path.lstat().st_mtime)
+                except OSError:
+                    continue
         out = []
         for exp, mtime in sorted(names.items(), key=lambda kv: -kv[1]):
             try:
                 paths = self.paths(exp)
             except trials_mod.PathRefused:
                 continue  # a log named like nothing a request could name
-            state = run_state(paths)
+            try:
+                state = run_state(paths)
+            except (UserError, OSError, ValueError):  # one run's unreadable files never hide the others
+                state = {"state": "unknown", "step": None, "total_steps": None}
             out.append({"exp": exp, "project": paths.project, "modified": mtime, **state,
                         "running": state["state"] == "running"})
         return out
@@ -98,7 +134,11 @@ class RunFolder:
         if not isinstance(project, str) or not trials_mod.NAME_RE.match(project):
             found = sorted((self.root / "harbor_trials").glob(f"*/{exp}"))
             project = found[0].parent.name if found else "default"
-        return RunPaths(self.root, project, exp)
+        paths = RunPaths(self.root, project, exp)
+        if not inside(paths.trials, self.root) and trials_mod.files.present(paths.trials):
+            raise trials_mod.PathRefused(f"the trials of {exp!r} lead out of {self.root} (a link)",
+                                         fix="serve the folder the run wrote, not links into other folders")
+        return paths
 
 
 def run_state(paths: RunPaths) -> dict[str, Any]:
@@ -108,8 +148,8 @@ def run_state(paths: RunPaths) -> dict[str, Any]:
     end = metrics_mod.tail(paths, n=1)
     step = end.records[-1][0] if end.records else None
     total = end.attempt.total_steps if end.attempt else None
-    if total is None and isinstance((lock or {}).get("total_steps"), int):
-        total = lock["total_steps"]
+    if total is None:
+        total = count((lock or {}).get("total_steps")) or None
     if lock is not None:
         state = "running" if lock_owner_alive(lock) else "dead"
     elif total is None:
@@ -187,16 +227,21 @@ def create_app(root: Path, *, token: str | None = None) -> Any:
     from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
     from fastapi.staticfiles import StaticFiles
 
+    class CleanJSONResponse(JSONResponse):
+        def render(self, content: Any) -> bytes:
+            return clean_json(content)
+
     folder = RunFolder(root)
     summaries = SummaryCache()
-    app = FastAPI(title="rlkit dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="rlkit dashboard", docs_url=None, redoc_url=None, openapi_url=None,
+                  default_response_class=CleanJSONResponse)
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
         if token:
             given = (request.query_params.get("token") or request.cookies.get(COOKIE)
                      or request.headers.get("authorization", "").removeprefix("Bearer ").strip())
-            if not given or not hmac.compare_digest(given, token):
+            if not given or not hmac.compare_digest(given.encode(), token.encode()):
                 return JSONResponse({"error": "a token is required (?token=...)"}, status_code=401)
             if request.query_params.get("token") and request.method == "GET" and request.url.path == "/":
                 response = RedirectResponse("/", status_code=303)  # drop the token from the address bar
@@ -217,7 +262,7 @@ def create_app(root: Path, *, token: str | None = None) -> Any:
 
     @app.exception_handler(trials_mod.PathRefused)
     async def refused(request: Request, exc: trials_mod.PathRefused) -> Any:
-        return JSONResponse({"error": str(exc)}, status_code=404)
+        return CleanJSONResponse({"error": str(exc)}, status_code=404)
 
     @app.get("/")
     def index() -> Any:
@@ -262,8 +307,13 @@ def create_app(root: Path, *, token: str | None = None) -> Any:
 
     @app.get("/api/runs/{exp}/steps/{step}/trials/{session}/trajectory.json")
     def trajectory(exp: str, step: int, session: str) -> Any:
-        path = trials_mod.trajectory_file(run_paths(exp).trials, step, session)
-        return FileResponse(path, media_type="application/json", filename=f"{exp}_step{step}_{session}.json")
+        trials_root = run_paths(exp).trials
+        data = trials_mod.read_json(trials_mod.trajectory_file(trials_root, step, session), trials_root)
+        if data is None:
+            raise trials_mod.PathRefused(f"trial {session!r} of step {step} has no readable agent/trajectory.json",
+                                         fix="pick another trial")
+        name = f"{exp}_step{step}_{session}.json"  # plain names only (safe_child checked them)
+        return CleanJSONResponse(data, headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

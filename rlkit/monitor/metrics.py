@@ -18,21 +18,21 @@ for each step, the line of the latest attempt that logged it: a marker drops the
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlkit.config.files import FileReadError, open_regular
+from rlkit.config.files import MAX_DEPTH, FileReadError, json_value, open_regular
 from rlkit.config.paths import RunPaths
-from rlkit.monitor.tail import LineTail, lines_from_end, lines_from_start
+from rlkit.monitor.tail import MAX_LINE, LineTail, Skips, lines_from_end, lines_from_start
+from rlkit.monitor.values import COUNT_MAX, count, number
 
-STEP_RE = re.compile(r"(?:^|[\s)\]])step:(\d+) - ")
+# A step is 1-9 digits: `step:<5000 digits>` is no step line (and never reaches int()).
+STEP_RE = re.compile(r"(?:^|[\s)\]])step:(\d{1,9}) - ")
 # np.float64(0.1), np.int64(3), numpy.float32(1.0), tensor(0.5), tensor(0.5, device='cuda:0')
 WRAPPED_RE = re.compile(r"^[A-Za-z_][\w.]*\(\s*([^,()]+?)\s*(?:,.*)?\)$")
-STEP_BYTES_RE = re.compile(rb"step:\d+ - ")
+STEP_BYTES_RE = re.compile(rb"step:\d{1,9} - ")
 ELAPSED_KEYS = ("timing_s/step", "perf/time_per_step")
 ATTEMPT_EVENT = "attempt"
 CONSOLE_ATTEMPT_PREFIX = "[rlkit] attempt "
@@ -58,22 +58,15 @@ def parse_attempt(line: str) -> Attempt | None:
     text = line.removeprefix(CONSOLE_ATTEMPT_PREFIX)
     if not text.startswith("{") or ATTEMPT_EVENT not in text:
         return None
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return None
+    record = json_value(text, max_depth=8)  # bounded: a marker nested 100,000 deep is no marker
     if not isinstance(record, dict) or record.get("event") != ATTEMPT_EVENT:
         return None
-
-    def number(key: str) -> int | None:
-        value = record.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-    from_step = number("from_step")
+    from_step = count(record.get("from_step"))
     if from_step is None:
         return None
-    text_of = {k: record[k] for k in ("time", "config") if isinstance(record.get(k), str)}
-    return Attempt(number("attempt") or 1, from_step, number("total_steps"), number("pid"), **text_of)
+    text_of = {k: record[k][:4096] for k in ("time", "config") if isinstance(record.get(k), str)}
+    return Attempt(count(record.get("attempt")) or 1, from_step, count(record.get("total_steps")) or None,
+                   count(record.get("pid"), 2**32), **text_of)
 
 
 def parse_value(text: str) -> float | None:
@@ -85,11 +78,13 @@ def parse_value(text: str) -> float | None:
         return 1.0
     if text in {"False", "np.False_"}:
         return 0.0
+    if len(text) > 64:  # no printed float is longer
+        return None
     try:
         value = float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
+    return number(value)
 
 
 def parse_console_line(line: str) -> tuple[int, dict[str, float]] | None:
@@ -103,26 +98,26 @@ def parse_console_line(line: str) -> tuple[int, dict[str, float]] | None:
         if not sep:
             continue
         value = parse_value(raw)
-        if value is not None:
+        if value is not None and len(key) <= 200:
             data[key.strip()] = value
     return int(m.group(1)), data
 
 
 def parse_jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
-    try:
-        record = json.loads(line)
-        step = int(record["step"])
-        raw = record.get("data") or {}
-        if not isinstance(raw, dict):
-            return None
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return None  # a torn line of a killed run, or not a record
+    """One verl file-logger record → (step, metrics): a step in 0..COUNT_MAX, each metric a finite number; None for
+    a torn line of a killed run, or anything that is not a record."""
+    record = json_value(line, max_depth=MAX_DEPTH)
+    if not isinstance(record, dict):
+        return None
+    step = count(record.get("step"), COUNT_MAX)
+    raw = record.get("data") or {}
+    if step is None or not isinstance(raw, dict):
+        return None
     data = {}
     for key, value in raw.items():
-        if isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, int | float) and math.isfinite(value):
-            data[key] = float(value)
+        value = number(value)
+        if value is not None and len(key) <= 200:
+            data[key] = value
     return step, data
 
 
@@ -166,36 +161,41 @@ def elapsed(data: dict[str, float]) -> float | None:
 class MetricsReader:
     """Incremental reader of one run's metrics. `poll()` reads what was appended since the last call."""
 
-    def __init__(self, paths: RunPaths) -> None:
+    def __init__(self, paths: RunPaths, skips: Skips | None = None) -> None:
         self.paths = paths
         self.metrics = StepMetrics()
         self.source: Path | None = None
+        self.skips = skips
         self._tail: LineTail | None = None
         self._parse = parse_jsonl_line
 
     def _pick(self) -> None:
         if self._tail is not None:
             return
-        for path, parse in ((self.paths.jsonl, parse_jsonl_line), (self.paths.console_log, parse_console_line)):
-            if path.is_file() and path.stat().st_size > 0:
-                self.source, self._parse, self._tail = path, parse, LineTail(path)
-                return
+        path = metrics_file(self.paths)
+        if path is not None:
+            parse = parse_jsonl_line if path.suffix == ".jsonl" else parse_console_line
+            self.source, self._parse, self._tail = path, parse, LineTail(path, skips=self.skips)
 
-    def poll(self) -> list[tuple[int, dict[str, float]]]:
+    def poll(self, max_bytes: int | None = None) -> list[tuple[int, dict[str, float]]]:
+        """What was appended since the last call (all of it; at most `max_bytes` of it when given)."""
         self._pick()
         if self._tail is None:
             return []
-        new = []
-        for line in self._tail.poll():
-            attempt = parse_attempt(line)
-            if attempt is not None:
-                self.metrics.restart(attempt)
-                continue
-            record = self._parse(line)
-            if record is not None:
-                self.metrics.add(*record)
-                new.append(record)
-        return new
+        new: list[tuple[int, dict[str, float]]] = []
+        while True:
+            start = self._tail.offset
+            for line in self._tail.poll() if max_bytes is None else self._tail.poll(max_bytes):
+                attempt = parse_attempt(line)
+                if attempt is not None:
+                    self.metrics.restart(attempt)
+                    continue
+                record = self._parse(line)
+                if record is not None:
+                    self.metrics.add(*record)
+                    new.append(record)
+            if max_bytes is not None or self._tail.offset == start:
+                return new
 
     @property
     def offset(self) -> int:
@@ -211,8 +211,11 @@ def _records(lines: Iterable[str]) -> Iterable[tuple[int, dict[str, float]]]:
 
 def metrics_file(paths: RunPaths) -> Path | None:
     for path in (paths.jsonl, paths.console_log):
-        if path.is_file() and path.stat().st_size > 0:
-            return path
+        try:
+            if path.is_file() and path.stat().st_size > 0:
+                return path
+        except (OSError, ValueError):  # a name too long, a NUL: no such log
+            continue
     return None
 
 
@@ -229,31 +232,33 @@ class Tail:
         return self.records[len(self.records) - self.latest:] if self.latest else []
 
 
-def _tail_lines(path: Path, max_bytes: int) -> Iterable[str]:
+def _tail_lines(path: Path, max_bytes: int, skips: Skips | None = None) -> Iterable[str]:
     """Step lines and attempt markers, last first."""
     if path.suffix == ".jsonl":
-        return lines_from_end(path)
-    return step_lines_from_end(path, max_bytes, marker=True)
+        return lines_from_end(path, skips=skips, max_bytes=max_bytes)
+    return step_lines_from_end(path, max_bytes, marker=True, skips=skips)
 
 
-def latest_attempt(paths: RunPaths) -> Attempt | None:
+def latest_attempt(paths: RunPaths, skips: Skips | None = None) -> Attempt | None:
     """The last line of logs/<exp>_attempts.jsonl (None for a run from before attempt markers)."""
-    return next((a for a in map(parse_attempt, lines_from_end(paths.attempts)) if a is not None), None)
+    lines = lines_from_end(paths.attempts, skips=skips, max_bytes=256 << 20)
+    return next((a for a in map(parse_attempt, _bounded(lines, 10_000)) if a is not None), None)
 
 
-def tail(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20, max_lines: int = 10_000) -> Tail:
+def tail(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20, max_lines: int = 10_000,
+         skips: Skips | None = None) -> Tail:
     """The last `n` step records in effect, read from the end of the file in blocks (a 1 GB log costs its last
     blocks only; at most `max_bytes` / `max_lines` are looked through), and the latest attempt. Records read
     before reaching any marker are the latest attempt's."""
     path = metrics_file(paths)
-    out = Tail([], latest_attempt(paths))
+    out = Tail([], latest_attempt(paths, skips))
     if path is None:
         return out
     parse = parse_jsonl_line if path.suffix == ".jsonl" else parse_console_line
     ceiling: int | None = None  # an attempt seen (reading backwards) voids earlier lines of steps above its from_step
     seen: set[int] = set()
     found: list[tuple[int, dict[str, float]]] = []
-    for line in _bounded(_tail_lines(path, max_bytes), max_lines):
+    for line in _bounded(_tail_lines(path, max_bytes, skips), max_lines):
         attempt = parse_attempt(line)
         if attempt is not None:
             if ceiling is None:  # the first marker from the end is the latest attempt's
@@ -295,30 +300,45 @@ def _step_lines(block: bytes, marker: bool = False) -> list[str]:
     return out[::-1]
 
 
-def step_lines_from_end(path: Path, max_bytes: int, chunk: int = 1 << 20, marker: bool = False) -> Iterable[str]:
+def step_lines_from_end(path: Path, max_bytes: int, chunk: int = 1 << 20, marker: bool = False,
+                        skips: Skips | None = None) -> Iterable[str]:
     """Lines holding `step:N - ` (and with `marker`, attempt markers), last first: blocks are searched as bytes,
-    so noise lines cost no decoding."""
+    so noise lines cost no decoding. A line longer than MAX_LINE is passed over, never joined (linear)."""
     try:
         f = open_regular(path)  # closed in finally; a FIFO or a device never blocks a reader
     except FileReadError:
         return
     try:
         pos = f.seek(0, 2)
-        rest = b""
+        rest: bytes | None = b""  # the start of the line that began before `pos`; None: a line being skipped
         read = 0
         while pos > 0 and read < max_bytes:
             size = min(chunk, pos)
             pos -= size
             read += size
             f.seek(pos)
-            block = f.read(size) + rest
-            if pos > 0:  # the block's first line may start in the part not read yet: keep it for the next round
-                cut = block.find(b"\n")
-                if cut < 0:
-                    rest = block
-                    continue
-                rest, block = block[:cut], block[cut + 1:]
-            yield from _step_lines(block, marker)
+            block = f.read(size)
+            cut = block.find(b"\n")
+            if cut < 0 and pos > 0:  # all of it belongs to the line that goes on before it
+                if rest is not None and len(rest) + size > MAX_LINE:
+                    rest = None
+                    if skips is not None:
+                        skips.add(path)
+                elif rest is not None:
+                    rest = block + rest
+                continue
+            head, body = (block, b"") if cut < 0 else (block[:cut], block[cut:])
+            if rest is None:  # the last piece of `body` ends the skipped line
+                body = body[:body.rfind(b"\n") + 1] if body else b""
+            else:
+                body += rest
+            if pos == 0:
+                text, rest = (head + body) if (cut >= 0 or rest is not None) else body, b""
+            else:
+                text, rest = body, head if len(head) <= MAX_LINE else None
+                if rest is None and skips is not None:
+                    skips.add(path)
+            yield from _step_lines(text, marker)
     finally:
         f.close()
 
@@ -328,18 +348,19 @@ def is_training_record(data: dict[str, float]) -> bool:
     return any(not key.startswith(("val", "timing_s/testing")) for key in data)
 
 
-def first_record(paths: RunPaths, latest: Attempt | None = None) -> tuple[int, dict[str, float]] | None:
+def first_record(paths: RunPaths, latest: Attempt | None = None,
+                 skips: Skips | None = None) -> tuple[int, dict[str, float]] | None:
     """The first training step's record near the start of the file (bounded: a run's first step is logged early).
     When the latest attempt restarted before that step (`latest.from_step` below it), the step was redone: its
     record is the latest attempt's, read from after that attempt's marker."""
     path = metrics_file(paths)
     if path is None:
         return None
-    first = next((r for r in _records(lines_from_start(path)) if is_training_record(r[1])), None)
+    first = next((r for r in _records(lines_from_start(path, skips=skips)) if is_training_record(r[1])), None)
     if first is None or latest is None or latest.from_step >= first[0]:
         return first
     after, found = False, None
-    for line in lines_from_start(path, max_bytes=256 << 20):
+    for line in lines_from_start(path, max_bytes=256 << 20, skips=skips):
         attempt = parse_attempt(line)
         if attempt is not None:
             after = attempt == latest

@@ -10,12 +10,14 @@ found by the experiment name on its processes' command lines.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.config.owner import read_lock
+from rlkit.config.files import clip, exists, is_dir, is_file
+from rlkit.config.owner import heartbeat_age_s, read_lock
 from rlkit.config.paths import RunPaths
 from rlkit.errors import UserError
 
@@ -55,32 +57,56 @@ def ref_of(resolved: ResolvedConfig) -> RunRef:
                   {k: str(getattr(cfg, k)) for k in ("MAX_RESP", "TRAIN_BSZ", "N_RESP", "SCAFFOLD", "MODEL_PATH")})
 
 
+EXP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")  # an experiment name as a file name under logs/
+
+
+def _checked_root(root: Path | None) -> Path:
+    try:
+        return (root or Path.cwd()).resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"cannot use {clip(str(root), 200)!r} as the run folder ({type(exc).__name__})",
+                        key="root", fix="pass the folder that holds logs/ and harbor_trials/") from None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def locate(target: str | None, root: Path | None = None, overrides: dict[str, str] | None = None) -> RunRef:
     """A run config path (with `overrides` on top), or an experiment name looked up under logs/ of `root`
-    (default: the current folder). With nothing given: the most recently written run under logs/."""
-    root = (root or Path.cwd()).resolve()
-    if target and (target.endswith(".env") or Path(target).is_file()):
+    (default: the current folder). With nothing given: the most recently written run under logs/. A name that is
+    neither (too long, a NUL, a path) is a UserError, never an OSError."""
+    root = _checked_root(root)
+    if target and (target.endswith(".env") or is_file(Path(target))):
         return _from_config(Path(target), overrides)
+    if target and not EXP_RE.match(target):
+        raise UserError(f"no run {clip(target, 120)!r}: not a run config, and not an experiment name",
+                        key="target", fix="pass a run config (rlkit status CFG.env) or an experiment name under "
+                                          "logs/ (letters, digits, . _ -; at most 200)")
     logs = root / "logs"
     if not target:
         candidates = sorted((p for p in logs.glob("*.log") if not p.stem.endswith(("_vllm", "_proxy", "_reaper",
-                                                                                   "_server", "_attempts"))),
-                            key=lambda p: p.stat().st_mtime, reverse=True) if logs.is_dir() else []
+                                                                                   "_server", "_attempts"))
+                             and EXP_RE.match(p.stem)),
+                            key=_mtime, reverse=True) if is_dir(logs) else []
         if not candidates:
             raise UserError(f"no run found under {logs}", fix="pass a run config: rlkit status CFG.env")
         target = candidates[0].stem
     exp = target
     lock = read_lock(logs / f"{exp}.lock")
     project = (lock or {}).get("project")
-    if not project:
+    if not isinstance(project, str) or not EXP_RE.match(project):  # a lock's project is a folder name, no path
         found = sorted((root / "harbor_trials").glob(f"*/{exp}"))
         project = found[0].parent.name if found else "default"
-    if not (logs / f"{exp}.log").exists() and not (logs / f"{exp}.jsonl").exists() and lock is None:
+    if not exists(logs / f"{exp}.log") and not exists(logs / f"{exp}.jsonl") and lock is None:
         raise UserError(f"no run {exp!r} under {root} (no logs/{exp}.log)",
                         fix="pass the run config (rlkit status CFG.env) or run from the folder holding logs/")
     ref = RunRef(RunPaths(root, project, exp))
     config = (lock or {}).get("config")
-    if config and Path(config).is_file():
+    if config and is_file(Path(config)):
         recorded = (lock or {}).get("overrides")
         try:
             return _from_config(Path(config), recorded if isinstance(recorded, dict) else None)
@@ -120,11 +146,11 @@ def _age(path: Path) -> float:
 
 
 def _heartbeat_age(lock: dict[str, Any]) -> float | None:
+    """Seconds since the lock's heartbeat (one without a timezone is UTC, as the trainer writes it)."""
     try:
-        beat = dt.datetime.fromisoformat(str(lock.get("heartbeat")))
-    except ValueError:
+        return heartbeat_age_s(lock)
+    except (OverflowError, ValueError):
         return None
-    return (dt.datetime.now(dt.UTC) - beat).total_seconds()
 
 
 def _pids_naming(exp: str) -> list[int]:
@@ -202,7 +228,7 @@ def lock_owner_alive(lock: dict[str, Any]) -> bool:
         return False
     try:
         taken = dt.datetime.fromisoformat(str(lock.get("started"))).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return True
     return created <= taken + 2.0
 

@@ -25,24 +25,28 @@ def safe_child(root: Path, *names: str) -> Path:
     for name in names:
         if not NAME_RE.match(name) or name in {".", ".."}:
             raise PathRefused(f"refused path component {name!r}", fix="name a step or trial folder")
-    base = root.resolve()
-    path = base.joinpath(*names).resolve()
+    try:  # a symlink loop, a name too long: refused, never a RuntimeError / OSError (a 500)
+        base = root.resolve()
+        path = base.joinpath(*names).resolve()
+    except (OSError, RuntimeError, ValueError):
+        raise PathRefused(f"refused path {'/'.join(names)!r}: it cannot be resolved (a symlink loop?)",
+                          fix="name a trial folder") from None
     if path != base and base not in path.parents:
         raise PathRefused(f"refused path {'/'.join(names)!r}: outside the run's folders", fix="name a trial folder")
     return path
 
 
-def read_json(path: Path) -> Any:
-    """A run's JSON file (rlkit.config.files: a regular file, bounded); None when it cannot be read."""
+def read_json(path: Path, root: Path) -> Any:
+    """A run's JSON file (rlkit.config.files: a regular file under `root`, bounded); None when it cannot be read."""
     try:
-        return files.read_json(path, max_bytes=JSON_LIMIT)
+        return files.read_json(path, max_bytes=JSON_LIMIT, root=root)
     except files.FileReadError:
         return None
 
 
-def read_text(path: Path, limit: int = TEXT_LIMIT) -> str | None:
+def read_text(path: Path, root: Path, limit: int = TEXT_LIMIT) -> str | None:
     try:
-        with files.open_regular(path) as f:
+        with files.open_regular(path, root=root) as f:
             data = f.read(limit + 1)
     except (OSError, files.FileReadError):
         return None

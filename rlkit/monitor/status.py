@@ -9,6 +9,7 @@ the dashboard say the same k/N. A gauge (vLLM's throughput) carries its age.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from rlkit.monitor import firststep, metrics, trials, vllm_log
 from rlkit.monitor import tail as tail_mod
 from rlkit.monitor.run import Liveness, RunRef, liveness
+from rlkit.monitor.values import count, finite_json
 
 
 @dataclass
@@ -34,10 +36,12 @@ class RunStatus:
     reaper: str | None = None  # the latest attempt's reaper line: what it cleaned up after the trainer died
     throughput_age_s: float | None = None  # how old the vLLM reading is
     attempt: metrics.Attempt | None = None  # the latest attempt's marker
+    warnings: list[str] = field(default_factory=list)  # lines of the run's files skipped (too long, torn)
 
     def as_dict(self) -> dict[str, Any]:
+        """The status as strict JSON data: a number that is not finite is null."""
         p = self.ref.paths
-        return {"project": p.project, "exp": p.exp, "root": str(p.root), "state": self.live.state,
+        return finite_json({"project": p.project, "exp": p.exp, "root": str(p.root), "state": self.live.state,
                 "alive": self.live.alive, "pid": self.live.pid, "phase": self.live.phase,
                 "heartbeat_age_s": self.live.heartbeat_age_s, "processes": self.live.processes,
                 "step": self.last_step, "total_steps": self.ref.total_steps, "first_step": self.first_step,
@@ -47,7 +51,7 @@ class RunStatus:
                 "attempt": self.attempt.as_dict() if self.attempt else None,
                 "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
                 "vllm": ({**self.throughput.as_dict(), "age_s": self.throughput_age_s, "current": self.live.alive}
-                         if self.throughput else None)}
+                         if self.throughput else None), "warnings": self.warnings})
 
 
 LATEST = {"critic/rewards/mean": "reward", "rollout/pass_rate": "pass", "actor/kl_loss": "kl",
@@ -66,17 +70,16 @@ def total_steps(ref: RunRef, attempt: metrics.Attempt | None) -> int | None:
         return ref.total_steps
     from rlkit.config.owner import read_lock
 
-    total = (read_lock(ref.paths.lock) or {}).get("total_steps")
-    return total if isinstance(total, int) and total > 0 else None
+    return count((read_lock(ref.paths.lock) or {}).get("total_steps")) or None
 
 
-def reaper_line(paths: Any, pid: int | None) -> str | None:
+def reaper_line(paths: Any, pid: int | None, skips: tail_mod.Skips | None = None) -> str | None:
     """The reaper's last report of a death, when it is about the latest attempt's trainer (`pid`; any without)."""
-    line = next(tail_mod.lines_from_end(paths.logs / f"{paths.exp}_reaper.log"), None)
+    line = next(tail_mod.lines_from_end(paths.logs / f"{paths.exp}_reaper.log", skips=skips, max_bytes=1 << 20), None)
     m = REAPER_PID_RE.search(line or "")
-    if m is None or (pid is not None and int(m.group(1)) != pid):
+    if m is None or len(m.group(1)) > 10 or (pid is not None and int(m.group(1)) != pid):
         return None
-    return line
+    return line[:2000]
 
 
 def _age(path: Any) -> float | None:
@@ -88,10 +91,11 @@ def _age(path: Any) -> float | None:
 
 def collect(ref: RunRef) -> RunStatus:
     paths = ref.paths
-    end = metrics.tail(paths, n=3)
+    skips = tail_mod.Skips()
+    end = metrics.tail(paths, n=3, skips=skips)
     tail = end.records
     ref.total_steps = total_steps(ref, end.attempt)
-    first = metrics.first_record(paths, end.attempt)
+    first = metrics.first_record(paths, end.attempt, skips)
     steps_on_disk = trials.step_numbers(paths.trials)
     last_step = tail[-1][0] if tail else None
     first_step = first[0] if first else (steps_on_disk[0] if steps_on_disk else None)
@@ -102,18 +106,22 @@ def collect(ref: RunRef) -> RunStatus:
     eta = None
     if step_time is not None and ref.total_steps and last_step is not None and live.alive:
         eta = max(ref.total_steps - last_step, 0) * step_time
+        eta = eta if math.isfinite(eta) else None
     summary = trials.read_summary(paths.trials, first_step) if first_step is not None else None
     first_metrics = first[1] if first else {}
     numbers = firststep.first_step_numbers(summary, first_metrics, ref.tool_call_parser)
     pid = end.attempt.pid if end.attempt else None
+    throughput = vllm_log.last_throughput(paths.vllm_log, skips=skips)
+    reaper = reaper_line(paths, live.pid if live.pid else pid, skips)
     return RunStatus(ref, live, last_step, first_step, step_time, eta, numbers,
-                     latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log),
-                     interrupted_step=steps_on_disk[-1] if interrupted else None,
-                     reaper=reaper_line(paths, live.pid if live.pid else pid),
-                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt)
+                     latest=tail[-1][1] if tail else {}, throughput=throughput,
+                     interrupted_step=steps_on_disk[-1] if interrupted else None, reaper=reaper,
+                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt, warnings=skips.messages())
 
 
 def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds > 10**9:
+        return "—"
     seconds = round(seconds)
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
@@ -171,4 +179,5 @@ def render(status: RunStatus) -> str:
     for i, n in enumerate(status.numbers, 1):
         lines.append(f"  {i}. {n.name.ljust(width)}  {n.value}")
         lines.append(f"     {' ' * width}  {n.mark} {n.verdict}")
+    lines += [f"⚠ {w}" for w in status.warnings]
     return "\n".join(lines)

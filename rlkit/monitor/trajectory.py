@@ -21,13 +21,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlkit.config.files import json_value
 from rlkit.monitor.run_files import NAME_RE, read_json
 
 SHELL_ARGS = ("keystrokes", "command", "cmd", "script", "code")
 OBSERVATION_LIMIT = 20_000
 
 
-def _agent_view(agent_dir: Path) -> dict[str, Any] | None:
+def _agent_view(agent_dir: Path, root: Path) -> dict[str, Any] | None:
     """The agent's own ATIF (`trajectory.<scaffold>.json`) beside the token trajectory, if one is there."""
     try:
         names = sorted(p.name for p in agent_dir.iterdir())
@@ -36,7 +37,7 @@ def _agent_view(agent_dir: Path) -> dict[str, Any] | None:
     for name in names:
         if name.startswith("trajectory.") and name.endswith(".json") and name != "trajectory.json" \
                 and NAME_RE.match(name):
-            data = read_json(agent_dir / name)
+            data = read_json(agent_dir / name, root)
             if isinstance(data, dict) and isinstance(data.get("steps"), list):
                 return data
     return None
@@ -75,10 +76,7 @@ def render_message(message: Any) -> list[dict[str, str]]:
     stripped = text.strip()
     reply = None
     if stripped.startswith("{") and stripped.endswith("}"):
-        try:
-            reply = json.loads(stripped)
-        except ValueError:
-            reply = None
+        reply = json_value(stripped)  # bounded: a reply nested 100,000 deep is shown as text
     if not isinstance(reply, dict):
         loose = _loose_reply(stripped) if stripped.startswith("{") else []
         return loose or ([{"kind": "text", "label": "", "text": text}] if text else [])
@@ -133,10 +131,10 @@ def render_tool_call(call: dict[str, Any]) -> dict[str, str]:
     return {"kind": "tool", "label": name, "text": _text(args if args is not None else call)}
 
 
-def turns(agent_dir: Path, token_atif: dict[str, Any] | None) -> dict[str, Any]:
+def turns(agent_dir: Path, token_atif: dict[str, Any] | None, root: Path) -> dict[str, Any]:
     """{"instruction": text or None, "turns": [{step_id, sent: [blocks], observations: [text], extra}],
     "observations_from": where the observations came from}."""
-    own = _agent_view(agent_dir)
+    own = _agent_view(agent_dir, root)
     token_steps = _steps(token_atif)
     users = [s for s in token_steps if s.get("source") == "user"]
     agent_steps = [s for s in token_steps if s.get("source") != "user"] or [

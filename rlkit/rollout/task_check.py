@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+import logging
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,9 @@ from typing import Any
 from rlkit.rollout.records import Outcome
 from rlkit.rollout.trial import TrialOutcome, TrialSpec, run_trials
 from rlkit.tasks.schema import TASK_CHECK_KEY
+from rlkit.tasks.task import folder_problem
+
+log = logging.getLogger(__name__)
 
 _SETUP_FAILURES = {Outcome.NO_REWARD_FILE: "the tests wrote no reward",
                    Outcome.VERIFIER_TIMEOUT: "the tests ran past their timeout",
@@ -71,7 +80,8 @@ def judge(health: TaskHealth) -> TaskHealth:
 
 async def check_tasks(specs: Sequence[Any], *, trials_root: Path, max_concurrency: int = 4,
                       environment_kwargs: dict[str, Any] | None = None,
-                      progress: Callable[[str, str], None] | None = None) -> list[TaskHealth]:
+                      progress: Callable[[str, str], None] | None = None,
+                      experiment: str = "tasks-check") -> list[TaskHealth]:
     """Check `specs` (`rlkit.tasks.images.TaskImageSpec`s): images first, then the oracle and
     no-op trials of every buildable task at once (at most `max_concurrency` sandboxes).
     `progress(task_id, what)` is called after each image and trial."""
@@ -81,8 +91,11 @@ async def check_tasks(specs: Sequence[Any], *, trials_root: Path, max_concurrenc
     results = {spec.task_id: TaskHealth(spec.task_id, spec.image) for spec in specs}
     runnable = []
     for spec in specs:
+        problem = folder_problem(spec.task_dir) if spec.task_dir is not None else None
         if spec.task_dir is None:
             results[spec.task_id].problems.append("task_source is not a local task directory")
+        elif problem is not None:  # a FIFO, a link out, a huge file: never sent to the daemon or a sandbox
+            results[spec.task_id].problems.append(f"task folder: {problem}")
         else:
             [built] = await run_blocking(build_task_images, [spec], force=True)  # buildable, not just cached
             if built.status in FAILED:
@@ -100,7 +113,7 @@ async def check_tasks(specs: Sequence[Any], *, trials_root: Path, max_concurrenc
 
     async def one(spec: Any, agent: str) -> None:
         async with gate:
-            trial = TrialSpec(task_dir=spec.task_dir, agent=agent, trials_dir=trials_root,
+            trial = TrialSpec(task_dir=spec.task_dir, agent=agent, trials_dir=trials_root, experiment=experiment,
                               session=f"{spec.image.split('/')[-1].split(':')[0][:60]}__{agent}",
                               environment_kwargs={"image": spec.image, **(environment_kwargs or {})})
             [outcome] = await run_trials([trial], max_concurrency=1)
@@ -158,6 +171,35 @@ class TaskCheckResult:
                            "oracle_reward": reward(h.oracle), "nop_reward": reward(h.nop)} for h in self.tasks]}
 
 
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop the check as Ctrl-C does (the trials are cancelled, then their sandboxes removed);
+    by default they would end the process with its sandboxes left running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _remove_sandboxes(experiment: str) -> None:
+    from rlkit.sandbox import labels
+    from rlkit.sandbox.docker_api import remove_labelled
+
+    try:
+        remove_labelled({labels.MANAGED: "1", labels.EXPERIMENT: labels.label_value(experiment)})
+    except Exception as exc:  # noqa: BLE001 -- the daemon went away: `rlkit cleanup` finds what is left
+        log.warning("could not remove the sandboxes of %s: %s (rlkit cleanup removes them)", experiment, exc)
+
+
 def run_task_check(source: Path, *, concurrency: int = 4, write_index: bool = False, trials_dir: Path | None = None,
                    registry: str | None = None, network: str | None = None,
                    progress: Callable[[int, int, str, str], None] | None = None,
@@ -191,9 +233,14 @@ def run_task_check(source: Path, *, concurrency: int = 4, write_index: bool = Fa
         if progress:
             progress(done, total, task_id, what)
 
-    with tempfile.TemporaryDirectory(prefix="rlkit-tasks-check-") as tmp:
-        healths = asyncio.run(check_tasks(specs, trials_root=Path(trials_dir) if trials_dir else Path(tmp),
-                                          max_concurrency=concurrency, environment_kwargs=env, progress=step))
+    experiment = f"tasks-check-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this check's sandboxes, and no others
+    with tempfile.TemporaryDirectory(prefix="rlkit-tasks-check-") as tmp, _signals_interrupt():
+        try:
+            healths = asyncio.run(check_tasks(specs, trials_root=Path(trials_dir) if trials_dir else Path(tmp),
+                                              max_concurrency=concurrency, environment_kwargs=env, progress=step,
+                                              experiment=experiment))
+        finally:  # stopped (Ctrl-C, SIGTERM, SIGHUP) or not: no sandbox of this check stays behind
+            _remove_sandboxes(experiment)
     if write_index:
         write_task_ok(source, healths)
     return TaskCheckResult(source, healths, wrote_index=write_index)

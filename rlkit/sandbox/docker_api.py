@@ -40,3 +40,19 @@ def reset_clients() -> None:
         for client in _clients.values():
             client.close()
         _clients.clear()
+
+
+def remove_labelled(labels: dict[str, str]) -> int:
+    """Remove every container, running or not, that carries all of `labels` (a stopped command's own
+    sandboxes); answers how many went."""
+    import docker.errors
+
+    api = api_client()
+    gone = 0
+    for container in api.containers(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]}):
+        try:
+            api.remove_container(container["Id"], force=True, v=True)
+            gone += 1
+        except docker.errors.NotFound:
+            continue
+    return gone

@@ -77,7 +77,14 @@ def source_digest(context_dir: Path) -> str:
     for rel, st in files:
         full = root / rel
         digest.update(f"{rel}\0{st.st_mode & 0o111 != 0}\0".encode())
-        digest.update(os.readlink(full).encode() if full.is_symlink() else full.read_bytes())
+        if full.is_symlink():
+            digest.update(os.readlink(full).encode())
+        else:  # streamed: a sparse 4 GB file costs no 4 GB of memory; a FIFO is refused, never waited on
+            from rlkit.config.files import open_regular
+
+            with open_regular(full) as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
         digest.update(b"\0")
     value = digest.hexdigest()[:12]
     with _digests_lock:
@@ -260,12 +267,21 @@ def build_image(api, context_dir: Path, ref: str, labels: dict[str, str] | None 
     started = time.monotonic()
     log: list[str] = []
     error = ""
-    for chunk in api.build(path=str(context_dir), tag=ref, dockerfile=dockerfile, rm=True, forcerm=True,
-                           labels=labels or {}, decode=True, pull=False):
-        if "stream" in chunk:
-            log.append(chunk["stream"])
-        if "error" in chunk:
-            error = chunk["error"]
+    import docker.errors
+
+    try:
+        for chunk in api.build(path=str(context_dir), tag=ref, dockerfile=dockerfile, rm=True, forcerm=True,
+                               labels=labels or {}, decode=True, pull=False):
+            if "stream" in chunk:
+                log.append(str(chunk["stream"]))
+            if "error" in chunk:
+                error = str(chunk["error"])
+    except docker.errors.APIError as exc:  # the daemon refused the build (a Dockerfile it cannot parse)
+        error = str(exc.explanation or exc)
+    except docker.errors.DockerException as exc:  # the context could not be sent (a file that cannot be read)
+        error = f"{type(exc).__name__}: {exc}"
+    except OSError as exc:
+        error = f"the build context could not be read: {exc}"
     if error:
         tail = "".join(log)[-1500:]
         hint = unpullable_base_hint(error, context_dir / dockerfile)
@@ -282,9 +298,15 @@ def unpullable_base_hint(error: str, dockerfile: Path) -> str:
     """A hint when the build failed fetching its FROM image (nothing can be pulled here), else ""."""
     if not any(marker in error.lower() for marker in _PULL_ERRORS):
         return ""
+    from rlkit.config.files import FileReadError, read_bytes
+
     bases = []
-    if dockerfile.is_file():
-        for line in dockerfile.read_text(errors="replace").splitlines():
+    try:
+        text = read_bytes(dockerfile, max_bytes=2**20, root=dockerfile.parent).decode("utf-8", "replace")
+    except FileReadError:
+        text = ""
+    if text:
+        for line in text.splitlines():
             parts = line.split()
             if len(parts) >= 2 and parts[0].upper() == "FROM":
                 bases.append(next((p for p in parts[1:] if not p.startswith("--")), ""))

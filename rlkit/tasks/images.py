@@ -63,7 +63,7 @@ def read_task_spec(task_dir: Path, task_id: str | None = None, registry: str | N
     data: dict = {}
     if config_path.is_file():
         try:
-            data = tomllib.loads(read_text(config_path, max_bytes=2**20))
+            data = tomllib.loads(read_text(config_path, max_bytes=2**20, root=task_dir))
         except FileReadError as exc:
             raise UserError(f"cannot read {exc.message}", file=exc.file, fix=exc.fix or "save it as UTF-8") from None
         except tomllib.TOMLDecodeError as exc:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlkit.config.files import FileReadError, exists, is_dir, is_file, present, read_text
-from rlkit.config.model_files import RESAVE, ModelConfig, read_model_config, read_tokenizer_config
+from rlkit.config.files import FileReadError, confine, exists, is_dir, is_file, present, read_text
+from rlkit.config.model_files import RESAVE, ModelConfig, model_root, read_model_config, read_tokenizer_config
 from rlkit.config.schema import ModelEngine
 from rlkit.validate.findings import Context, Finding, fatal, ok, skip, warn
 
@@ -56,7 +56,7 @@ def read_chat_template(path: Path) -> str | None:
     jinja = path / "chat_template.jinja"
     try:
         if present(jinja):
-            return read_text(jinja, max_bytes=CHAT_TEMPLATE_MAX_BYTES)
+            return read_text(jinja, max_bytes=CHAT_TEMPLATE_MAX_BYTES, root=model_root(path))
         for name in ("chat_template.json", "tokenizer_config.json"):
             if present(path / name):
                 template = read_tokenizer_config(path / name).template()
@@ -82,6 +82,11 @@ def load_model_info(path: Path) -> ModelInfo:
     except FileReadError as exc:
         raise ModelDirError(exc.message, exc.fix or RESAVE) from None
     tokenizer = next((path / n for n in TOKENIZER_FILES if is_file(path / n)), None)
+    if tokenizer is not None:
+        try:  # the probe, vLLM and the proxy read it: a link out of the model folder is not theirs to read
+            confine(tokenizer, model_root(path))
+        except FileReadError as exc:
+            raise ModelDirError(exc.message, exc.fix or RESAVE) from None
     try:
         weights = sum(f.stat().st_size for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and is_file(f))
     except OSError as exc:

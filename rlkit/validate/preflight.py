@@ -57,6 +57,14 @@ class PreflightReport:
     def ok(self) -> bool:
         return not self.fatal
 
+    def __repr__(self) -> str:
+        """Counts and the config's path, never a value (`render()` and `as_dict()` show them, masked)."""
+        counts = ", ".join(f"{k}: {v}" for k, v in self.counts().items())
+        return clean(f"PreflightReport(ok={self.ok}, findings={{{counts}}}, config={str(self.resolved.config_path)!r})",
+                     secrets=self.resolved)
+
+    __str__ = __repr__
+
     def by_check(self, name: str) -> list[Finding]:
         return [f for f in self.findings if f.check == name]
 
