@@ -1,4 +1,5 @@
-"""One run's status from its files: alive or not, step k/N, step time and ETA, the first-step numbers.
+"""One run's status from its files: alive or not, step k/N, step time and ETA, the first-step numbers,
+and a collapse in progress (rlkit.monitor.collapse, over the last steps' records).
 
 Reads the ends of the metric files only (a 1 GB console log costs its first and last lines),
 step_<N>/summary.json of the first and last step, the last vLLM throughput line and the lock.
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.monitor import collapse as collapse_mod
 from rlkit.monitor import firststep, metrics, trials, vllm_log
 from rlkit.monitor import tail as tail_mod
 from rlkit.monitor.run import Liveness, RunRef, liveness
@@ -34,6 +36,7 @@ class RunStatus:
     reaper: str | None = None  # the latest attempt's reaper line: what it cleaned up after the trainer died
     throughput_age_s: float | None = None  # how old the vLLM reading is
     attempt: metrics.Attempt | None = None  # the latest attempt's marker
+    collapse: collapse_mod.Collapse | None = None  # a collapse the last steps show (rlkit.monitor.collapse)
 
     def as_dict(self) -> dict[str, Any]:
         p = self.ref.paths
@@ -47,7 +50,8 @@ class RunStatus:
                 "attempt": self.attempt.as_dict() if self.attempt else None,
                 "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
                 "vllm": ({**self.throughput.as_dict(), "age_s": self.throughput_age_s, "current": self.live.alive}
-                         if self.throughput else None)}
+                         if self.throughput else None),
+                "collapse": self.collapse.as_dict() if self.collapse else None}
 
 
 LATEST = {"critic/rewards/mean": "reward", "rollout/pass_rate": "pass", "actor/kl_loss": "kl",
@@ -86,6 +90,18 @@ def _age(path: Any) -> float | None:
         return None
 
 
+def collapse_of(paths: Any) -> collapse_mod.Collapse | None:
+    """The collapse rule over the last LOOKBACK steps: their metric records, and the summaries of the steps whose
+    records carry no outcome counts (a verl run) and of the last stretch (which outcomes still earned reward)."""
+    records = metrics.tail(paths, n=collapse_mod.LOOKBACK).records
+    wanted = {s for s, d in records if not any(k.startswith(collapse_mod.OUTCOME_PREFIX) for k in d)}
+    wanted |= {s for s, _ in records[-collapse_mod.WINDOW:]}
+    if not records:
+        wanted = set(trials.step_numbers(paths.trials)[-collapse_mod.LOOKBACK:])
+    summaries = {s: trials.read_summary(paths.trials, s) for s in wanted}
+    return collapse_mod.detect(collapse_mod.points(records, summaries))
+
+
 def collect(ref: RunRef) -> RunStatus:
     paths = ref.paths
     end = metrics.tail(paths, n=3)
@@ -110,7 +126,7 @@ def collect(ref: RunRef) -> RunStatus:
                      latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log),
                      interrupted_step=steps_on_disk[-1] if interrupted else None,
                      reaper=reaper_line(paths, live.pid if live.pid else pid),
-                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt)
+                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt, collapse=collapse_of(paths))
 
 
 def _duration(seconds: float) -> str:
@@ -118,6 +134,11 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def render_collapse(found: collapse_mod.Collapse) -> list[str]:
+    lines = [f"collapse {firststep.BAD} {found.headline.removeprefix('collapse: ')}", f"         {found.numbers}"]
+    return lines + [f"         try: {tip}" for tip in found.advice]
 
 
 def render(status: RunStatus) -> str:
@@ -164,6 +185,8 @@ def render(status: RunStatus) -> str:
     if latest and status.last_step != status.first_step:
         bits = [f"{LATEST[k]} {latest[k]:.4g}" for k in LATEST_KEYS if k in latest]
         lines.append(f"latest   step {status.last_step}: " + "  ".join(bits))
+    if status.collapse is not None:
+        lines.extend(render_collapse(status.collapse))
     lines.append("")
     which = f"step {status.first_step}" if status.first_step is not None else "no step finished yet"
     lines.append(f"first step ({which})")
