@@ -133,3 +133,17 @@ def test_status_of_healthy_runs_names_no_collapse(tmp_path: Path, run_copy) -> N
     assert status.as_dict()["collapse"] is None
     recorded = run_copy("healthy")
     assert collect(RunRef(RunPaths(recorded, "embedded", "fx-healthy"))).collapse is None
+
+
+def test_dashboard_status_carries_the_collapse(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from rlkit.monitor.dashboard import create_app
+
+    collapsing.write_run(tmp_path, "fx-collapse", "entropy_rise")
+    collapsing.write_run(tmp_path, "fx-fine", "healthy")
+    client = TestClient(create_app(tmp_path), client=("127.0.0.1", 50000), base_url="http://127.0.0.1:8090")
+    got = client.get("/api/runs/fx-collapse/status").json()["collapse"]
+    assert got["kind"] == "entropy_rise" and got["headline"] == "collapse: reward falls while entropy rises"
+    assert "0.56 → 0.19" in got["numbers"] and any("KL_LOSS_COEF" in tip for tip in got["advice"])
+    assert client.get("/api/runs/fx-fine/status").json()["collapse"] is None
