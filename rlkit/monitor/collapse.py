@@ -45,8 +45,11 @@ ENTROPY_RATIO = 1.75
 ENTROPY_MIN_RISE = 0.05
 TAKEOVER_SHARE = 0.6
 TAKEOVER_RISE = 0.25
-LOOKBACK = 64  # steps a reader hands in: status reads the last LOOKBACK step records only
+LOOKBACK = 64  # steps a reader hands in: status reads the last LOOKBACK step records only ...
+LOOKBACK_BYTES = 4 << 20  # ... within the metric file's last 4 MiB (~1,300 JSONL steps; a console log
+# thick with other output between steps gives fewer, and 2W = 8 are enough)
 PLAIN = ("passed", "failed_tests")  # ways of ending that are no takeover
+BROKEN_PROTOCOL = ("agent_error", "parse_error")  # what the config key BROKEN_PROTOCOL_REWARD prices
 REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "rollout/pass_rate")
 OUTCOME_PREFIX = "rollout/outcome/"
 
@@ -154,8 +157,9 @@ def _advice(kind: str, outcome: str | None, paid: float | None, lr: float | None
     out = []
     if outcome:
         if paid:
+            zero = " (BROKEN_PROTOCOL_REWARD=zero pays them 0)" if outcome in BROKEN_PROTOCOL else ""
             out.append(f"check the reward for broken endings: {paid:.0%} of the {outcome} trials earned reward 1, "
-                       f"so the reward pays ending that way (open them in the dashboard's trajectories)")
+                       f"so the reward pays ending that way{zero}; open them in the dashboard's trajectories")
         else:
             out.append(f"check the reward for broken endings: open the {outcome} trials in the dashboard; "
                        f"{HINTS.get(outcome, '')}".rstrip("; "))

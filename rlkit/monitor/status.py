@@ -91,9 +91,10 @@ def _age(path: Any) -> float | None:
 
 
 def collapse_of(paths: Any) -> collapse_mod.Collapse | None:
-    """The collapse rule over the last LOOKBACK steps: their metric records, and the summaries of the steps whose
-    records carry no outcome counts (a verl run) and of the last stretch (which outcomes still earned reward)."""
-    records = metrics.tail(paths, n=collapse_mod.LOOKBACK).records
+    """The collapse rule over the last LOOKBACK steps (in the last LOOKBACK_BYTES): their metric records, and the
+    summaries of the steps whose records carry no outcome counts (a verl run) and of the last stretch (which
+    outcomes still earned reward)."""
+    records = metrics.tail(paths, n=collapse_mod.LOOKBACK, max_bytes=collapse_mod.LOOKBACK_BYTES).records
     wanted = {s for s, d in records if not any(k.startswith(collapse_mod.OUTCOME_PREFIX) for k in d)}
     wanted |= {s for s, _ in records[-collapse_mod.WINDOW:]}
     if not records:
