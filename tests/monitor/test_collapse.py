@@ -147,3 +147,18 @@ def test_dashboard_status_carries_the_collapse(tmp_path: Path) -> None:
     assert got["kind"] == "entropy_rise" and got["headline"] == "collapse: reward falls while entropy rises"
     assert "0.56 → 0.19" in got["numbers"] and any("KL_LOSS_COEF" in tip for tip in got["advice"])
     assert client.get("/api/runs/fx-fine/status").json()["collapse"] is None
+
+
+def test_the_learning_bench_says_which_runs_status_names(tmp_path: Path) -> None:
+    """bench/learning.py --lr-sweep lists, for each run, the collapse rlkit status names (the x10 run should be)."""
+    from tests.fixtures.scripts import load_script
+
+    learning = load_script("bench/learning.py")
+    collapsing.write_run(tmp_path / "runs", "rl-s0", "healthy")
+    collapsing.write_run(tmp_path / "runs", "rl-x10-s0", "entropy_rise")
+    report: dict = {}
+    lines = learning.collapse_lines(tmp_path, ["rl-s0", "rl-x10-s0"], report)
+    assert "- rl-s0: none" in lines
+    assert any(line.startswith("- rl-x10-s0: reward falls while entropy rises: 4-step mean reward 0.56 → 0.19")
+               for line in lines)
+    assert report["collapse"]["rl-s0"] is None and report["collapse"]["rl-x10-s0"]["kind"] == "entropy_rise"
