@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from rlkit.monitor import collapse as collapse_mod
@@ -36,7 +37,11 @@ class RunStatus:
     reaper: str | None = None  # the latest attempt's reaper line: what it cleaned up after the trainer died
     throughput_age_s: float | None = None  # how old the vLLM reading is
     attempt: metrics.Attempt | None = None  # the latest attempt's marker
-    collapse: collapse_mod.Collapse | None = None  # a collapse the last steps show (rlkit.monitor.collapse)
+
+    @cached_property
+    def collapse(self) -> collapse_mod.Collapse | None:
+        """A collapse the run's last steps show (rlkit.monitor.collapse), read when first asked for."""
+        return collapse_of(self.ref.paths)
 
     def as_dict(self) -> dict[str, Any]:
         p = self.ref.paths
@@ -46,12 +51,12 @@ class RunStatus:
                 "step": self.last_step, "total_steps": self.ref.total_steps, "first_step": self.first_step,
                 "step_time_s": self.step_time_s, "eta_s": self.eta_s,
                 "first_step_numbers": [n.as_dict() for n in self.numbers],
+                "collapse": self.collapse.as_dict() if self.collapse else None,
                 "interrupted_step": self.interrupted_step, "reaper": self.reaper,
                 "attempt": self.attempt.as_dict() if self.attempt else None,
                 "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
                 "vllm": ({**self.throughput.as_dict(), "age_s": self.throughput_age_s, "current": self.live.alive}
-                         if self.throughput else None),
-                "collapse": self.collapse.as_dict() if self.collapse else None}
+                         if self.throughput else None)}
 
 
 LATEST = {"critic/rewards/mean": "reward", "rollout/pass_rate": "pass", "actor/kl_loss": "kl",
@@ -127,7 +132,7 @@ def collect(ref: RunRef) -> RunStatus:
                      latest=tail[-1][1] if tail else {}, throughput=vllm_log.last_throughput(paths.vllm_log),
                      interrupted_step=steps_on_disk[-1] if interrupted else None,
                      reaper=reaper_line(paths, live.pid if live.pid else pid),
-                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt, collapse=collapse_of(paths))
+                     throughput_age_s=_age(paths.vllm_log), attempt=end.attempt)
 
 
 def _duration(seconds: float) -> str:
