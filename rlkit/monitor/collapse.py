@@ -30,6 +30,8 @@ nor is a rising entropy or a dominant outcome without a fall.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +54,7 @@ PLAIN = ("passed", "failed_tests")  # ways of ending that are no takeover
 BROKEN_PROTOCOL = ("agent_error", "parse_error")  # what the config key BROKEN_PROTOCOL_REWARD prices
 REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "rollout/pass_rate")
 OUTCOME_PREFIX = "rollout/outcome/"
+OUTCOME_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # rollout.summary's names; anything else a file says is left out
 
 
 @dataclass(frozen=True)
@@ -233,19 +236,25 @@ def detect(points: Sequence[StepPoint]) -> Collapse | None:
     return _by_reward(points) or _by_validation(points)
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _shares(outcomes: Mapping[str, Any], trials: Any) -> dict[str, float]:
-    counts = {k: float(v) for k, v in outcomes.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    total = float(trials) if isinstance(trials, int | float) and trials and trials > 0 else sum(counts.values())
+    counts = {k: float(v) for k, v in outcomes.items()
+              if OUTCOME_NAME_RE.match(str(k)) and _finite(v)}
+    total = float(trials) if _finite(trials) and trials > 0 else sum(counts.values())
     return {k: v / total for k, v in counts.items() if v > 0} if total > 0 else {}
 
 
 def _paid(summary: Mapping[str, Any]) -> dict[str, float]:
-    sessions = [s for s in summary.get("sessions") or [] if isinstance(s, dict)]
+    listed = summary.get("sessions")
+    sessions = [s for s in listed if isinstance(s, dict)] if isinstance(listed, list) else []
     seen: dict[str, list[bool]] = {}
     for s in sessions:
         outcome, reward = s.get("outcome"), s.get("reward")
-        if isinstance(outcome, str):
-            seen.setdefault(outcome, []).append(isinstance(reward, int | float) and reward >= 1.0)
+        if isinstance(outcome, str) and OUTCOME_NAME_RE.match(outcome):
+            seen.setdefault(outcome, []).append(_finite(reward) and reward >= 1.0)
     return {k: sum(v) / len(v) for k, v in seen.items() if v}
 
 
@@ -266,7 +275,7 @@ def points(records: Sequence[tuple[int, Mapping[str, float]]],
         data = by_step.get(step, {})
         summary = summaries.get(step) if isinstance(summaries.get(step), Mapping) else None
         reward = next((data[k] for k in REWARD_KEYS if k in data), None)
-        if reward is None and summary and isinstance(summary.get("reward_mean"), int | float):
+        if reward is None and summary and _finite(summary.get("reward_mean")):
             reward = float(summary["reward_mean"])
         counts = {k[len(OUTCOME_PREFIX):]: v for k, v in data.items() if k.startswith(OUTCOME_PREFIX)}
         if counts:

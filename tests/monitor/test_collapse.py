@@ -162,3 +162,14 @@ def test_the_learning_bench_says_which_runs_status_names(tmp_path: Path) -> None
     assert any(line.startswith("- rl-x10-s0: reward falls while entropy rises: 4-step mean reward 0.56 → 0.19")
                for line in lines)
     assert report["collapse"]["rl-s0"] is None and report["collapse"]["rl-x10-s0"]["kind"] == "entropy_rise"
+
+
+def test_points_leave_out_what_a_hostile_summary_says() -> None:
+    """Outcome names that rollout.summary never writes (escapes, a megabyte of text) and values that are not
+    finite counts are left out; a summary whose fields have the wrong types gives an empty point."""
+    summaries = {1: {"trials": True, "reward_mean": float("nan"), "sessions": 5,
+                     "outcomes": {"\x1b[2J": 9, "x" * 100_000: 9, "agent_error": float("inf"), "passed": 4}},
+                 2: {"trials": "16", "outcomes": [1, 2], "sessions": [{"outcome": "\x1b]0;", "reward": 1}, "s"]}}
+    p1, p2 = collapse.points([], summaries)
+    assert (p1.reward, dict(p1.outcomes), dict(p1.paid)) == (None, {"passed": 1.0}, {})
+    assert (p2.reward, dict(p2.outcomes), dict(p2.paid)) == (None, {}, {})
