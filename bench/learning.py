@@ -26,7 +26,8 @@ beyond the best pass@1 the warm start reaches by temperature alone (paired by se
 attempt), as `rl_beyond_control/<set>` and `rl_beyond_temperature/<set>` in learning.json's
 `summary`. --lr-sweep 3,10 also trains the rl arm at those multiples of its LR (`rl-x3-s<seed>`, ...)
 and says whether each still gains or ends no lower than its start by more than the control's
-interval allows (the stability check). Also the reward per training
+interval allows (the stability check), and whether `rlkit status` names a collapse in each run (the
+x10 run should be named, the default not). Also the reward per training
 step (a table and a PNG, one line per seed and arm) and the wall time of every run. Everything
 printed goes to <out>/learning.json. A run that finished is not run again (delete its folder).
 
@@ -246,6 +247,20 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, by_arm: d
     return lines
 
 
+def collapse_lines(out: Path, exps: list[str], report: dict[str, Any]) -> list[str]:
+    """What `rlkit status` names for each run: a collapse in progress (rlkit.monitor.collapse) over its last steps,
+    or none; into report["collapse"] by run."""
+    from rlkit.config.paths import RunPaths
+    from rlkit.monitor.status import collapse_of
+
+    lines = ["", "Collapse named by `rlkit status` (rlkit.monitor.collapse) at each run's last step:", ""]
+    found = {exp: collapse_of(RunPaths(out / "runs", "embedded", exp)) for exp in exps}
+    report["collapse"] = {exp: f.as_dict() if f else None for exp, f in found.items()}
+    for exp, f in found.items():
+        lines.append(f"- {exp}: " + (f"{f.headline.removeprefix('collapse: ')}: {f.numbers}" if f else "none"))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -343,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     png = out / "reward_per_step.png"
     report = {"seeds": seeds, "steps": args.steps, "val_n": args.val_n, "lr": lr, "set": args.set, "summary": summary,
               "runs": runs, "plot": str(png), "bench_wall_s": time.perf_counter() - started}
+    lines += collapse_lines(out, [run["exp"] for run in runs]
+                            + [f"rl-x{m}-s{seed}" for m in sweep for seed in seeds], report)
     plot(report, png)
     lines += ["", f"plot: {png}", f"bench wall: {report['bench_wall_s'] / 60:.1f} min (runs skipped when done)"]
     text = "\n".join(lines)

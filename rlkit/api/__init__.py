@@ -107,7 +107,7 @@ def run(config: Config, **overrides: Any) -> RunHandle:
 def status(target: Config | RunHandle | None = None, *, root: str | Path | None = None,
            **overrides: Any) -> RunStatus:
     """A run's state from its files (`rlkit status`, `/rl:status`): alive?, step k/N, step time, ETA,
-    the first-step numbers with verdicts.
+    the first-step numbers with verdicts, and a collapse in progress (`.collapse`, rlkit.monitor.collapse).
 
     `target`: a run config (path or resolved, with overrides), a `RunHandle` from `rlkit.run`, an
     experiment name under `root`/logs, or None for the latest run there (`root` defaults to the

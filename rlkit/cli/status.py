@@ -1,5 +1,8 @@
 """`rlkit status [CFG|EXP]` (also /rl:status): is the run alive, step k/N, step time, ETA, the first-step numbers.
 
+A run whose pass rate falls while entropy rises or one outcome takes over is named (`collapse ✗`, with its
+numbers and what to try; rlkit.monitor.collapse).
+
 Reads files only (logs/, harbor_trials/, the run lock) and the process table: it works on a
 live, finished or crashed run, whichever trainer wrote it. Exit codes: 0 shown, 2 no such run.
 """

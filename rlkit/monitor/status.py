@@ -1,4 +1,5 @@
-"""One run's status from its files: alive or not, step k/N, step time and ETA, the first-step numbers.
+"""One run's status from its files: alive or not, step k/N, step time and ETA, the first-step numbers,
+and a collapse in progress (rlkit.monitor.collapse, over the last steps' records).
 
 Reads the ends of the metric files only (a 1 GB console log costs its first and last lines),
 step_<N>/summary.json of the first and last step, the last vLLM throughput line and the lock.
@@ -13,8 +14,10 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from rlkit.monitor import collapse as collapse_mod
 from rlkit.monitor import firststep, metrics, trials, vllm_log
 from rlkit.monitor import tail as tail_mod
 from rlkit.monitor.run import Liveness, RunRef, liveness
@@ -38,6 +41,11 @@ class RunStatus:
     attempt: metrics.Attempt | None = None  # the latest attempt's marker
     warnings: list[str] = field(default_factory=list)  # lines of the run's files skipped (too long, torn)
 
+    @cached_property
+    def collapse(self) -> collapse_mod.Collapse | None:
+        """A collapse the run's last steps show (rlkit.monitor.collapse), read when first asked for."""
+        return collapse_of(self.ref.paths)
+
     def as_dict(self) -> dict[str, Any]:
         """The status as strict JSON data: a number that is not finite is null."""
         p = self.ref.paths
@@ -47,6 +55,7 @@ class RunStatus:
                 "step": self.last_step, "total_steps": self.ref.total_steps, "first_step": self.first_step,
                 "step_time_s": self.step_time_s, "eta_s": self.eta_s,
                 "first_step_numbers": [n.as_dict() for n in self.numbers],
+                "collapse": self.collapse.as_dict() if self.collapse else None,
                 "interrupted_step": self.interrupted_step, "reaper": self.reaper,
                 "attempt": self.attempt.as_dict() if self.attempt else None,
                 "latest": {k: self.latest[k] for k in LATEST_KEYS if k in self.latest},
@@ -89,6 +98,19 @@ def _age(path: Any) -> float | None:
         return None
 
 
+def collapse_of(paths: Any) -> collapse_mod.Collapse | None:
+    """The collapse rule over the last LOOKBACK steps (in the last LOOKBACK_BYTES): their metric records, and the
+    summaries of the steps whose records carry no outcome counts (a verl run) and of the last stretch (which
+    outcomes still earned reward)."""
+    records = metrics.tail(paths, n=collapse_mod.LOOKBACK, max_bytes=collapse_mod.LOOKBACK_BYTES).records
+    wanted = {s for s, d in records if not any(k.startswith(collapse_mod.OUTCOME_PREFIX) for k in d)}
+    wanted |= {s for s, _ in records[-collapse_mod.WINDOW:]}
+    if not records:
+        wanted = set(trials.step_numbers(paths.trials)[-collapse_mod.LOOKBACK:])
+    summaries = {s: trials.read_summary(paths.trials, s) for s in wanted}
+    return collapse_mod.detect(collapse_mod.points(records, summaries))
+
+
 def collect(ref: RunRef) -> RunStatus:
     paths = ref.paths
     skips = tail_mod.Skips()
@@ -126,6 +148,11 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def render_collapse(found: collapse_mod.Collapse) -> list[str]:
+    lines = [f"collapse {firststep.BAD} {found.headline.removeprefix('collapse: ')}", f"         {found.numbers}"]
+    return lines + [f"         try: {tip}" for tip in found.advice]
 
 
 def render(status: RunStatus) -> str:
@@ -172,6 +199,8 @@ def render(status: RunStatus) -> str:
     if latest and status.last_step != status.first_step:
         bits = [f"{LATEST[k]} {latest[k]:.4g}" for k in LATEST_KEYS if k in latest]
         lines.append(f"latest   step {status.last_step}: " + "  ".join(bits))
+    if status.collapse is not None:
+        lines.extend(render_collapse(status.collapse))
     lines.append("")
     which = f"step {status.first_step}" if status.first_step is not None else "no step finished yet"
     lines.append(f"first step ({which})")

@@ -171,7 +171,17 @@ async function drawFirstStep() {
       text: `vLLM ${v.current ? "" : "last reading (not running), "}gen ${v.gen_tps.toFixed(1)} tok/s, ` +
             `prompt ${v.prompt_tps.toFixed(1)} tok/s (${age})`}));
   }
-  box.replaceChildren(...parts, el("table", {}, ...rows));
+  const banner = collapseBanner(st.collapse);
+  box.replaceChildren(...(banner ? [banner] : []), ...parts, el("table", {}, ...rows));
+}
+
+// a collapse in progress (rlkit.monitor.collapse): what fell, what came with it, the numbers, what to try
+function collapseBanner(c) {
+  if (!c) return null;
+  const tips = el("ul", {}, ...c.advice.map((tip) => el("li", {text: tip})));
+  return el("div", {id: "collapse", class: "banner bad", role: "alert", "data-kind": c.kind},
+            el("b", {text: `✗ ${c.headline}`}), el("div", {class: "numbers", text: c.numbers}),
+            el("div", {text: "what to try:"}), tips);
 }
 
 async function refresh(all) {
