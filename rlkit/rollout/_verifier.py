@@ -31,6 +31,7 @@ import json
 import logging
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, override
 
@@ -46,7 +47,15 @@ from harbor.verifier.verifier import (
     Verifier,
 )
 
+from rlkit.config.files import FileReadError, read_bytes, read_text
+from rlkit.rollout._test_record import RecordPlan, TestsMissingError, collected_count, read_junit
+from rlkit.rollout._test_record import plan as record_plan
+from rlkit.rollout._test_record import verdict as record_verdict
+from rlkit.sandbox import tamper
+from rlkit.tasks.grading import read_grading_spec
+
 CHANGES_FILE = "sandbox_changes.json"
+RECORD_FILE = "test-record.xml"  # the verifier's own junit record, kept in the trial's verifier/ folder
 _log = logging.getLogger(__name__)
 _RM_CHUNK = 60_000  # bytes of paths per `rm` (one argument string stays far below 128 KiB)
 
@@ -174,6 +183,27 @@ class VerifierPluginError(RuntimeError):
     """The tests scored 0 because they need a pytest plugin the image does not install (a task fault)."""
 
 
+@dataclass
+class _Tests:
+    """The task's tests, and how their run is recorded."""
+
+    source_dirs: list[Path]
+    source_dir: Path
+    host_test_path: Path
+    recording: RecordPlan
+
+    def script(self, verifier: Verifier) -> str:
+        paths = EnvironmentPaths.for_os(verifier.environment.os)
+        return str(paths.tests_dir / self.host_test_path.relative_to(self.source_dir).as_posix())
+
+
+def _read_script(path: Path) -> str:
+    try:
+        return read_text(path, max_bytes=1 << 20)
+    except FileReadError:
+        return ""
+
+
 class TamperSuspectError(RuntimeError):
     """The agent changed files that can steer the verifier; the tests were not run."""
 
@@ -217,57 +247,156 @@ class GuardedVerifier(Verifier):
                 "(grading runs with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 unless the image itself installed plugins); "
                 "install it in the task's image")
 
-    async def _exec(self, command: str, profile: Any, **kwargs: Any) -> Any:
-        return await self.environment.exec(command=command, shell=profile.tool("bash"), **kwargs)
+    async def _exec(self, command: str, profile: Any, on: Any = None, **kwargs: Any) -> Any:
+        return await (on or self.environment).exec(command=command, shell=profile.tool("bash"), **kwargs)
 
     async def _verify_checked(self, profile: Any) -> VerifierResult:
         paths = EnvironmentPaths.for_os(self.environment.os)
         test_source_dirs, tests_source_dir, host_test_path = self._resolve_tests()
         tests_dir = str(paths.tests_dir)
+        test_sh = _read_script(host_test_path)
+        workdir = self.environment.task_env_config.workdir or profile.workdir
+        spec = read_grading_spec(self.task.paths.task_dir)
+        clean = spec.mode_for(workdir) == "clean" and hasattr(self.environment, "clean_copy")
+        product = spec.product_paths(workdir) if clean else None
+        scope = tamper.config_scope(test_sh, workdir)
+        grading = {"mode": "clean" if clean else "in-place", "work_product": product or []}
         # Where the change list costs no exec (the overlay, read on the host), judge before
         # running anything at all: the kill below already runs the image's bash.
-        await self._check_tampering(profile, tests_dir, left=0, host_only=True)
+        await self._check_tampering(profile, tests_dir, left=0, host_only=True, scope=scope, only=product)
         stopped = await self._exec(_KILL_LEFTOVERS, profile, user="root")
         left = _LEFT.search(stopped.stdout or "")
         # Again once nothing of the agent runs: the upper layer keeps every change made meanwhile.
         still = ", ".join(f"{comm} (pid {pid}, state {state})"
                           for pid, state, comm in _STILL.findall(stopped.stdout or "")[:5])
-        verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1, still=still)
+        verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1, still=still,
+                                              scope=scope, only=product, grading=grading)
+        recording = record_plan(test_sh)
+        tests = _Tests(test_source_dirs, tests_source_dir, host_test_path, recording)
+        if not clean:
+            undo = _undo_commands(verdict.remove, verdict.rebuild_loader_cache, profile.tool)
+            return await self._graded(self.environment, profile, tests, undo, None, grading)
+        carried = []
+        for path in product or []:
+            carried.append(await self.environment.carry_out(path, spec.work_product_max_mb << 20))
+        grading["carried"] = [c.summary() for c in carried]
+        grader = await self.environment.clean_copy()
+        try:
+            expected = await self._pristine_count(grader, profile, tests) if recording.kind == "pytest" else None
+            grading["pristine_tests"] = expected
+            tool = profile.tool
+            # empty a folder rather than remove it: the container's shells keep it as their working dir
+            clear = " && ".join(
+                f"if [ -d {q} ] && [ ! -L {q} ]; then {tool('find')} {q} -mindepth 1 -delete; "
+                f"else {tool('rm')} -rf -- {q}; fi" for q in (shlex.quote(c.path) for c in carried))
+            result = await self._exec(clear, profile, user="root", on=grader)
+            if result.return_code != 0:
+                raise RuntimeError(f"cannot clear the work product's paths: {result.stderr or result.stdout}")
+            for item in carried:
+                if not item.missing:
+                    await grader.put_archive(item.archive)
+            return await self._graded(grader, profile, tests, [], expected, grading)
+        finally:
+            await grader.stop(delete=True)
+
+    async def _pristine_count(self, grader: Any, profile: Any, tests: _Tests) -> int | None:
+        """The tests test.sh's pytest collects in the clean container before the work product is in."""
+        await self._prepare(grader, profile, tests, [])
+        env = {**profile.grading_env(self.environment.default_user), **self._task_env()}
+        env |= tests.recording.env(env, collect=True)
+        result = await self._exec(build_execution_command(tests.script(self), task_os=self.environment.os),
+                                  profile, env=env, on=grader)
+        return collected_count(f"{result.stdout or ''}\n{result.stderr or ''}")
+
+    async def _prepare(self, env_: Any, profile: Any, tests: _Tests, undo: list[str]) -> None:
+        paths = EnvironmentPaths.for_os(self.environment.os)
         tool = profile.tool
-        prepare = [_fresh_dirs_command(paths, tool), *_undo_commands(verdict.remove, verdict.rebuild_loader_cache,
-                                                                      tool)]
-        result = await self._exec(" && ".join(prepare), profile, user="root")
+        prepare = [_fresh_dirs_command(paths, tool), *undo]
+        if tests.recording.kind == "pytest":
+            folder = shlex.quote(tests.recording.folder)
+            prepare.append(f"{tool('rm')} -rf -- {folder} && {tool('mkdir')} -p {folder} && "
+                           f"{tool('chmod')} 777 {folder}")
+        result = await self._exec(" && ".join(prepare), profile, user="root", on=env_)
         if result.return_code != 0:
             raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")
-        mounted = self.environment.is_path_mounted(paths.verifier_dir, self.trial_paths.verifier_dir)
+        await self._upload_tests(tests.source_dirs, tests.host_test_path, str(paths.tests_dir), on=env_)
+        script = tests.script(self)
+        if needs_chmod(script):
+            await self._exec(f"{tool('chmod')} +x {quote_shell_arg(script, self.environment.os)}",
+                             profile, user="root", on=env_)
+
+    async def _graded(self, env_: Any, profile: Any, tests: _Tests, undo: list[str], expected: int | None,
+                      grading: dict[str, Any]) -> VerifierResult:
+        """Run the tests in `env_` (the agent's sandbox, or the clean one) and read the reward."""
+        paths = EnvironmentPaths.for_os(self.environment.os)
+        await self._prepare(env_, profile, tests, undo)
+        mounted = env_.is_path_mounted(paths.verifier_dir, self.trial_paths.verifier_dir)
         if not mounted:
             self.trial_paths.reward_text_path.unlink(missing_ok=True)
             self.trial_paths.reward_json_path.unlink(missing_ok=True)
-        await self._upload_tests(test_source_dirs, host_test_path, str(paths.tests_dir))
-        test_script = str(paths.tests_dir / host_test_path.relative_to(tests_source_dir).as_posix())
         stdout_path = str(paths.verifier_dir / self.trial_paths.test_stdout_path.relative_to(
             self.trial_paths.verifier_dir).as_posix())
-        if needs_chmod(test_script):
-            await self._exec(f"{tool('chmod')} +x {quote_shell_arg(test_script, self.environment.os)}",
-                             profile, user="root")
         env = {**profile.grading_env(self.environment.default_user), **self._task_env()}
-        await self._exec(build_execution_command(test_script, stdout_path=stdout_path, task_os=self.environment.os),
-                         profile, env=env)
+        if tests.recording.kind == "pytest":
+            env |= tests.recording.env(env)
+        await self._exec(build_execution_command(tests.script(self), stdout_path=stdout_path,
+                                                 task_os=self.environment.os), profile, env=env, on=env_)
         if not mounted:
-            await self._download_verifier_dir(str(paths.verifier_dir))
+            await self._download_verifier_dir(str(paths.verifier_dir), on=env_)
         if self.trial_paths.reward_json_path.exists():
-            return VerifierResult(rewards=self._parse_reward_json())
-        if self.trial_paths.reward_text_path.exists():
-            return VerifierResult(rewards=self._parse_reward_text())
-        raise RewardFileNotFoundError(f"No reward file found at {self.trial_paths.reward_text_path} or "
-                                      f"{self.trial_paths.reward_json_path}")
+            result = VerifierResult(rewards=self._parse_reward_json())
+        elif self.trial_paths.reward_text_path.exists():
+            result = VerifierResult(rewards=self._parse_reward_text())
+        else:
+            raise RewardFileNotFoundError(f"No reward file found at {self.trial_paths.reward_text_path} or "
+                                          f"{self.trial_paths.reward_json_path}")
+        grading["record"] = tests.recording.kind
+        if tests.recording.kind != "pytest":
+            grading["record_note"] = tests.recording.why
+            self._write_grading(grading)
+            return result
+        record = read_junit(await self._fetch_record(env_, tests.recording.file))
+        grading["recorded"] = {"present": record.present, "tests": record.tests, "passed": record.passed,
+                               "not_passed": record.not_passed}
+        rewards = result.rewards or {}
+        reward = float(rewards["reward"]) if "reward" in rewards else (
+            sum(map(float, rewards.values())) / len(rewards) if rewards else 0.0)
+        problem = record_verdict(reward, record, expected)
+        grading["record_verdict"] = problem
+        self._write_grading(grading)
+        if problem:
+            raise TestsMissingError(f"the tests gave reward {reward:g}, but {problem}")
+        return result
+
+    async def _fetch_record(self, env_: Any, source: str) -> bytes | None:
+        """The verifier's junit record, copied to the trial's verifier/ folder (None: absent)."""
+        target = self.trial_paths.verifier_dir / RECORD_FILE
+        target.unlink(missing_ok=True)
+        try:
+            await env_.download_file(source, target)
+            return read_bytes(target, max_bytes=64 << 20)
+        except (OSError, FileReadError):
+            return None
+        except Exception as exc:  # noqa: BLE001 -- a backend's own error for a missing file: no record
+            _log.info("no test record at %s: %s", source, exc)
+            return None
+
+    def _write_grading(self, grading: dict[str, Any]) -> None:
+        """Add how the trial was graded to its `sandbox_changes.json`."""
+        path = self.trial_paths.trial_dir / CHANGES_FILE
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {}
+        record["grading"] = grading
+        path.write_text(json.dumps(record, indent=1) + "\n")
 
     def _task_env(self) -> dict[str, str]:
         """The task's own verifier env (harbor's: task config < verifier env < overrides)."""
         merged = {**self.task.config.verifier.env, **(self.verifier_env or {}), **self.override_env}
         return resolve_env_vars(merged) if merged else {}
 
-    async def _upload_tests(self, source_dirs: list[Path], host_test_path: Path, target: str) -> None:
+    async def _upload_tests(self, source_dirs: list[Path], host_test_path: Path, target: str, on: Any = None) -> None:
         if self._skip_tests_upload:
             return
         self.task.file_filter.require_included(host_test_path)
@@ -277,19 +406,20 @@ class GuardedVerifier(Verifier):
                 if not selection.relative_paths:
                     continue
                 with selected_directory(selection) as staged:
-                    await self.environment.upload_dir(source_dir=staged, target_dir=target)
+                    await (on or self.environment).upload_dir(source_dir=staged, target_dir=target)
         except Exception as exc:
             raise AddTestsDirError("Failed to add tests directory to environment.") from exc
 
-    async def _download_verifier_dir(self, source: str) -> None:
+    async def _download_verifier_dir(self, source: str, on: Any = None) -> None:
+        environment = on or self.environment
         try:
             if self.include_logs or self.exclude_logs:
-                await self.environment.download_dir_filtered(
+                await environment.download_dir_filtered(
                     source_dir=source, target_dir=self.trial_paths.verifier_dir,
                     include=self.include_logs or None, exclude=self.exclude_logs or None,
                     protect=[self.trial_paths.reward_text_path.name, self.trial_paths.reward_json_path.name])
             else:
-                await self.environment.download_dir(source_dir=source, target_dir=self.trial_paths.verifier_dir)
+                await environment.download_dir(source_dir=source, target_dir=self.trial_paths.verifier_dir)
         except Exception as exc:
             raise DownloadVerifierDirError("Failed to download verifier directory from environment") from exc
 
@@ -307,23 +437,29 @@ class GuardedVerifier(Verifier):
             self.trial_paths.reward_json_path.unlink(missing_ok=True)
 
     async def _check_tampering(self, profile: Any, tests_dir: str, left: int, host_only: bool = False,
-                               still: str = "") -> Any:
-        """Judge the sandbox against its image (None: `host_only` and the changes cannot be read on the host).
+                               still: str = "", scope: Any = None, only: list[str] | None = None,
+                               grading: dict[str, Any] | None = None) -> Any:
+        """Judge the sandbox against its image (None: `host_only` and the changes cannot be read on the host);
+        `only`: the changes under these paths (the work product a clean container gets), the rest is left behind.
 
         Raises TamperSuspectError on any finding; the trial folder keeps the last judgement."""
-        from rlkit.sandbox import tamper
-
         snapshot = await tamper.snapshot(self.environment, host_only=host_only)
         if snapshot is None:
             if host_only:
                 return None
             raise RuntimeError(f"the {self.environment.type()} backend has an image profile but lists no changes")
-        verdict = await tamper.judge(snapshot.changes, profile, snapshot.files, snapshot.workdir, tests_dir)
+        changes = snapshot.changes
+        if only is not None:
+            changes = [c for c in changes if any(c.path == p or c.path.startswith(p.rstrip("/") + "/") for p in only)]
+        verdict = await tamper.judge(changes, profile, snapshot.files, snapshot.workdir, tests_dir,
+                                     scope or tamper.UNKNOWN)
         if left != 0:
             verdict.findings.append(tamper.Finding("/proc", "?", "processes_left",
                                                    f"{left if left > 0 else 'some'} agent processes could not "
                                                    f"be stopped{': ' + still if still else ''}"))
         record = tamper.report(snapshot.changes, verdict, snapshot.workdir, snapshot.source, profile.key)
+        if grading is not None:
+            record["grading"] = grading
         self.trial_paths.trial_dir.joinpath(CHANGES_FILE).write_text(json.dumps(record, indent=1) + "\n")
         if verdict.findings:
             shown = ", ".join(f"{f.kind} {f.path} ({f.rule})" for f in verdict.findings[:5])
