@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from rlkit.rollout._test_record import RecordPlan
 from rlkit.rollout.trial import TrialOutcome, TrialSpec, run_trials
 from tests.rollout.attacks import ATTACKS, HONEST
 from tests.rollout.conftest import DATA, EXAMPLES
+from tests.rollout.conftest import in_place_copy as task_in_place
 from tests.rollout.scripted import AGENT, BUNDLED, LEGIT, PLAIN
 
 pytestmark = pytest.mark.docker
@@ -30,13 +30,7 @@ TASKS = {BUNDLED: EXAMPLES / "merge-intervals", PLAIN: DATA / "log-error-count"}
 
 
 def in_place_copy(task: str, root: Path) -> Path:
-    """The task, declared to be graded in place (its image and sources unchanged)."""
-    target = root / "in-place" / TASKS[task].name
-    if not target.exists():
-        shutil.copytree(TASKS[task], target)
-        with (target / "task.toml").open("a") as toml:
-            toml.write('\n[verifier.rlkit]\ngrading = "in-place"\n')
-    return target
+    return task_in_place(TASKS[task], root)
 
 
 def _spec(task_dir: Path, script: str, solve: bool = False) -> TrialSpec:
