@@ -74,10 +74,10 @@ def _kind(member: tarfile.TarInfo) -> str:
         return "symlink"
     if member.islnk():
         return "hardlink"
-    if member.isdev():
-        return "device"
     if member.isfifo():
         return "fifo"
+    if member.isdev():
+        return "device"
     return "other"
 
 
