@@ -27,10 +27,14 @@ the first exception of a trial, so a verifier failure after an agent timeout wou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
 import json
 import logging
 import re
 import shlex
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, override
@@ -197,6 +201,20 @@ class _Tests:
         return str(paths.tests_dir / self.host_test_path.relative_to(self.source_dir).as_posix())
 
 
+# (image id, digest of the tests) -> tests test.sh's pytest collects from the pristine files: one
+# collection per task image and tests, not one per trial
+_PRISTINE: dict[tuple[str, str], int | None] = {}
+
+
+def _tests_digest(source_dirs: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for folder in source_dirs:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+            digest.update(f"{path.relative_to(folder)}\0{path.stat().st_mode & 0o111}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _read_script(path: Path) -> str:
     try:
         return read_text(path, max_bytes=1 << 20)
@@ -276,13 +294,27 @@ class GuardedVerifier(Verifier):
         if not clean:
             undo = _undo_commands(verdict.remove, verdict.rebuild_loader_cache, profile.tool)
             return await self._graded(self.environment, profile, tests, undo, None, grading)
-        carried = []
-        for path in product or []:
-            carried.append(await self.environment.carry_out(path, spec.work_product_max_mb << 20))
-        grading["carried"] = [c.summary() for c in carried]
-        grader = await self.environment.clean_copy()
+        clock = time.perf_counter()
+        # the clean container starts while the product is read out (both are dockerd's work)
+        starting = asyncio.ensure_future(self.environment.clean_copy())
         try:
-            expected = await self._pristine_count(grader, profile, tests) if recording.kind == "pytest" else None
+            carried = [await self.environment.carry_out(path, spec.work_product_max_mb << 20)
+                       for path in product or []]
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await (await starting).stop(delete=True)
+            raise
+        grading["carried"] = [c.summary() for c in carried]
+        grader = await starting
+        seconds = grading["seconds"] = {"carry_and_start": round(time.perf_counter() - clock, 3)}
+        try:
+            expected = None
+            if recording.kind == "pytest":
+                clock = time.perf_counter()
+                key = (profile.key, _tests_digest(test_source_dirs))
+                expected = _PRISTINE[key] if key in _PRISTINE else await self._pristine_count(grader, profile, tests)
+                _PRISTINE[key] = expected
+                seconds["pristine_count"] = round(time.perf_counter() - clock, 3)
             grading["pristine_tests"] = expected
             tool = profile.tool
             # empty a folder rather than remove it: the container's shells keep it as their working dir
