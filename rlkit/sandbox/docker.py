@@ -168,6 +168,10 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         image profile (the same image). The caller stops it (`stop(delete=True)`)."""
         clone = copy.copy(self)
         clone._container_id, clone._session = None, None
+        # the task's own network, not the agent's way to its model (host networking to a loopback proxy)
+        baseline = self.task_env_config.resolve_baseline().network_mode
+        network = "none" if baseline == NetworkMode.NO_NETWORK else self.network_mode()
+        clone.opts = self.opts.model_copy(update={"network": "bridge" if network == "host" else network})
         verifier_dir = str(EnvironmentPaths.for_os(self.os).verifier_dir)
         clone._host_mounts = [m for m in self._host_mounts if str(m["target"]) == verifier_dir]
         await clone._create_and_start(self._image_id or self.image_ref(), suffix="-grade")
