@@ -52,6 +52,7 @@ from harbor.verifier.verifier import (
 )
 
 from rlkit.config.files import FileReadError, read_bytes, read_text
+from rlkit.rollout._commands import KILL_LEFTOVERS, LEFT, STILL, fresh_dirs_command, undo_commands
 from rlkit.rollout._test_record import RecordPlan, TestsMissingError, collected_count, read_junit
 from rlkit.rollout._test_record import plan as record_plan
 from rlkit.rollout._test_record import verdict as record_verdict
@@ -61,97 +62,9 @@ from rlkit.tasks.grading import read_grading_spec
 CHANGES_FILE = "sandbox_changes.json"
 RECORD_FILE = "test-record.xml"  # the verifier's own junit record, kept in the trial's verifier/ folder
 _log = logging.getLogger(__name__)
-_RM_CHUNK = 60_000  # bytes of paths per `rm` (one argument string stays far below 128 KiB)
 
 # trial_dir -> exception type name of the verifier failure ("CancelledError" = harbor's timeout fired)
 VERIFIER_FAILURES: dict[str, str] = {}
-
-# Kill every process except PID 1, the keep-alive and this shell. Freeze first (SIGSTOP,
-# repeated until no new process shows up), then SIGKILL: a loop whose child is killed
-# first could otherwise start one more step (`sleep 1; echo 1 > reward.txt`). Then count
-# what still lives (zombies aside) until none does, and print it. Pure bash builtins (its one
-# child is a fork of itself, for the empty pipe it waits on), so it runs no file the agent
-# could have replaced.
-# Under an init (docker --init, tini) the keep-alive is PID 1's oldest child, i.e. the
-# lowest PID whose parent is 1.
-_KILL_LEFTOVERS = r"""
-read -r init_comm < /proc/1/comm
-keep=""
-case "$init_comm" in
-  sleep|pause) ;;
-  *) for dir in /proc/[0-9]*; do
-       pid=${dir#/proc/}
-       [ "$pid" = 1 ] && continue
-       while read -r key value; do
-         if [ "$key" = "PPid:" ]; then
-           if [ "$value" = 1 ] && { [ -z "$keep" ] || [ "$pid" -lt "$keep" ]; }; then keep=$pid; fi
-           break
-         fi
-       done 2>/dev/null < "$dir/status"
-     done ;;
-esac
-frozen=" "
-for round in 1 2 3 4 5 6 7 8; do
-  found=0
-  for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
-    case " 1 $$ $keep$frozen" in *" $pid "*) continue ;; esac
-    if kill -STOP "$pid" 2>/dev/null; then frozen="$frozen$pid "; found=1; fi
-  done
-  [ "$found" = 0 ] && break
-done
-for pid in $frozen; do kill -9 "$pid" 2>/dev/null; done
-# SIGKILLed processes still read R until the scheduler runs them; on a loaded machine that takes
-# longer than a burst of rescans, so wait (bash's own read -t on an empty pipe: no external sleep)
-# up to 20 s for them to go.
-exec 9<> <(:)
-SECONDS=0
-while :; do
-  left=0 still=""
-  for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
-    case " 1 $$ $keep " in *" $pid "*) continue ;; esac
-    state=""
-    while read -r key value; do
-      if [ "$key" = "State:" ]; then state=${value%% *}; break; fi
-    done 2>/dev/null < "$dir/status"
-    case "$state" in ""|Z|X) continue ;; esac
-    left=$((left + 1)); kill -9 "$pid" 2>/dev/null
-    comm=""; read -r comm 2>/dev/null < "$dir/comm"
-    still="$still
-still $pid $state ${comm:-?}"
-  done
-  { [ "$left" = 0 ] || [ "$SECONDS" -ge 20 ]; } && break
-  read -r -t 0.05 -u 9 _ 2>/dev/null
-done
-[ -n "$still" ] && echo "$still"
-echo "left $left"
-"""
-_LEFT = re.compile(r"^left (\d+)$", re.MULTILINE)
-_STILL = re.compile(r"^still (\d+) (\S+) (.*)$", re.MULTILINE)
-
-
-def _fresh_dirs_command(paths: EnvironmentPaths, tool: Any = str) -> str:
-    verifier_dir, tests_dir = shlex.quote(str(paths.verifier_dir)), shlex.quote(str(paths.tests_dir))
-    return (f"{tool('rm')} -rf -- {tests_dir} && {tool('mkdir')} -p {verifier_dir} && "
-            f"{tool('find')} {verifier_dir} -mindepth 1 -delete && {tool('chmod')} 777 {verifier_dir}")
-
-
-def _undo_commands(remove: list[str], rebuild_loader_cache: bool, tool: Any) -> list[str]:
-    """Commands that delete `remove` (bytecode caches) in argument-sized chunks, then rebuild ld.so.cache."""
-    commands, chunk, size = [], [], 0
-    for path in remove:
-        if size + len(path) > _RM_CHUNK and chunk:
-            commands.append(f"{tool('rm')} -f -- {' '.join(chunk)}")
-            chunk, size = [], 0
-        chunk.append(shlex.quote(path))
-        size += len(path) + 3
-    if chunk:
-        commands.append(f"{tool('rm')} -f -- {' '.join(chunk)}")
-    if rebuild_loader_cache:
-        commands.append(tool("ldconfig"))
-    return commands
-
 
 # What a test.sh that downloads its tools at grading time prints when there is no network
 # (curl, wget, pip, uv, apt, npm, Python's socket errors). A reward of 0 with one of these is
@@ -282,17 +195,17 @@ class GuardedVerifier(Verifier):
         # Where the change list costs no exec (the overlay, read on the host), judge before
         # running anything at all: the kill below already runs the image's bash.
         await self._check_tampering(profile, tests_dir, left=0, host_only=True, scope=scope, only=product)
-        stopped = await self._exec(_KILL_LEFTOVERS, profile, user="root")
-        left = _LEFT.search(stopped.stdout or "")
+        stopped = await self._exec(KILL_LEFTOVERS, profile, user="root")
+        left = LEFT.search(stopped.stdout or "")
         # Again once nothing of the agent runs: the upper layer keeps every change made meanwhile.
         still = ", ".join(f"{comm} (pid {pid}, state {state})"
-                          for pid, state, comm in _STILL.findall(stopped.stdout or "")[:5])
+                          for pid, state, comm in STILL.findall(stopped.stdout or "")[:5])
         verdict = await self._check_tampering(profile, tests_dir, int(left.group(1)) if left else -1, still=still,
                                               scope=scope, only=product, grading=grading)
         recording = record_plan(test_sh)
         tests = _Tests(test_source_dirs, tests_source_dir, host_test_path, recording)
         if not clean:
-            undo = _undo_commands(verdict.remove, verdict.rebuild_loader_cache, profile.tool)
+            undo = undo_commands(verdict.remove, verdict.rebuild_loader_cache, profile.tool)
             return await self._graded(self.environment, profile, tests, undo, None, grading)
         clock = time.perf_counter()
         # the clean container starts while the product is read out (both are dockerd's work)
@@ -343,7 +256,7 @@ class GuardedVerifier(Verifier):
     async def _prepare(self, env_: Any, profile: Any, tests: _Tests, undo: list[str]) -> None:
         paths = EnvironmentPaths.for_os(self.environment.os)
         tool = profile.tool
-        prepare = [_fresh_dirs_command(paths, tool), *undo]
+        prepare = [fresh_dirs_command(paths, tool), *undo]
         if tests.recording.kind == "pytest":
             folder = shlex.quote(tests.recording.folder)
             prepare.append(f"{tool('rm')} -rf -- {folder} && {tool('mkdir')} -p {folder} && "
@@ -460,7 +373,7 @@ class GuardedVerifier(Verifier):
         """harbor's first step of verify() (delete stale reward files), widened to a clean slate,
         for a backend without an image profile (harbor's flow otherwise unchanged)."""
         paths = EnvironmentPaths.for_os(self.environment.os)
-        command = f"{_KILL_LEFTOVERS}\n{_fresh_dirs_command(paths)}"
+        command = f"{KILL_LEFTOVERS}\n{fresh_dirs_command(paths)}"
         result = await self.environment.exec(command=command, user="root")
         if result.return_code != 0:
             raise RuntimeError(f"cannot reset {paths.verifier_dir}: {result.stderr or result.stdout}")
