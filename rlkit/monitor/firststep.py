@@ -32,6 +32,7 @@ HINTS = {
     "verifier_error": "the verifier failed: see a trial's verifier/ folder",
     "sandbox_error": "sandboxes failed to start: check docker and the task images (rlkit images build)",
     "tamper_suspect": "agents left files that can steer the verifier",
+    "tests_missing": "the tests' exit said pass but the verifier's record of them lacks tests: an agent ended them early",
     "error": "internal errors: see the trials' exception.txt",
 }
 

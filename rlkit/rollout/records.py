@@ -13,6 +13,8 @@ infrastructure; this table is the one place that decides, and both trainers read
   agent_timeout                                 agent            the tests' reward (0 unless they pass)
   context_exceeded, call_limit, response_budget agent (TRUNCATIONS) the tests' reward
   tamper_suspect                                agent            reward 0 (TAMPER_POLICY=mask: masked)
+  tests_missing                                 agent            reward 0: pytest's exit said pass, but the
+                                                                 verifier's record lacks tests or passes
   no_reward_file                                infrastructure   masked: the task's grading wrote nothing,
                                                                  so there is no grade to learn from
   verifier_timeout                              infrastructure   masked: the tests' run time is the
@@ -51,6 +53,7 @@ class Outcome(StrEnum):
     VERIFIER_TIMEOUT = "verifier_timeout"  # the tests ran past their timeout
     VERIFIER_ERROR = "verifier_error"      # the verifier itself failed (unreadable reward, copy error)
     TAMPER_SUSPECT = "tamper_suspect"      # the agent left files that can steer the verifier
+    TESTS_MISSING = "tests_missing"        # the tests said pass, the verifier's own record of them did not
     SANDBOX_ERROR = "sandbox_error"        # the sandbox could not start / exec / copy (after retries)
     ERROR = "error"                        # an internal failure of rlkit or harbor
 

@@ -19,6 +19,7 @@ _TRUNCATION_REASONS = (Outcome.CONTEXT_EXCEEDED, Outcome.CALL_LIMIT, Outcome.RES
 # What the trial runner decides alone, whatever the proxy saw: the grade never came, or
 # the infrastructure or the verifier's tamper check overrules it.
 _TRIAL_DECIDES = frozenset({Outcome.SANDBOX_ERROR, Outcome.VERIFIER_ERROR, Outcome.ERROR, Outcome.TAMPER_SUSPECT,
+                            Outcome.TESTS_MISSING,
                             Outcome.NO_REWARD_FILE, Outcome.VERIFIER_TIMEOUT})
 
 

@@ -69,8 +69,8 @@ def judge(health: TaskHealth) -> TaskHealth:
             continue
         if outcome.reason in _SETUP_FAILURES:
             health.problems.append(f"{agent}: {_SETUP_FAILURES[outcome.reason]} ({outcome.reason}){_detail(outcome)}")
-        elif outcome.reason is Outcome.TAMPER_SUSPECT:
-            health.problems.append(f"{agent}: flagged tamper_suspect{_detail(outcome)}")
+        elif outcome.reason in (Outcome.TAMPER_SUSPECT, Outcome.TESTS_MISSING):
+            health.problems.append(f"{agent}: flagged {outcome.reason.value}{_detail(outcome)}")
         elif outcome.reward != expected:
             what = "the reference solution does not pass" if agent == "oracle" else "the untouched task passes"
             health.problems.append(f"{agent} got reward {outcome.reward:g}, not {expected:g}: {what} "

@@ -42,6 +42,8 @@ _VERIFIER_REASONS: dict[str, Reason] = {
 }
 # Verifier failures that say the agent tried to steer its grade (the verifier's tamper check).
 _TAMPER_ERRORS = {"TamperSuspect", "TamperSuspectError", "TamperError"}
+# The verifier's own record of a pytest run contradicts its pass (tests missing, record absent).
+_RECORD_ERRORS = {"TestsMissingError"}
 _SANDBOX_ERRORS = {"SandboxError", "SandboxExecTimeout", "ImageError", "EnvironmentStartTimeoutError",
                    "SandboxBuildFailedError", "HealthcheckError", "AddTestsDirError", "DownloadVerifierDirError"}
 
@@ -253,6 +255,10 @@ def _reason_for(exc_type: str) -> Reason:
         return _VERIFIER_REASONS[exc_type]
     if exc_type in _TAMPER_ERRORS:
         return Outcome.TAMPER_SUSPECT
+    if exc_type in _RECORD_ERRORS:
+        return Outcome.TESTS_MISSING
+    if exc_type == "WorkProductError":  # the agent's work product is over its bound: a 0, the agent's
+        return Outcome.FAILED_TESTS
     if exc_type in _SANDBOX_ERRORS:
         return Outcome.SANDBOX_ERROR
     if exc_type in ("VerifierOutputParseError", "RuntimeError", "VerifierNetworkError", "VerifierPluginError"):

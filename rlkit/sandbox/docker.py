@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import io
 import os
 import re
@@ -53,6 +54,7 @@ from rlkit.sandbox.mounts import drop_symlinks
 from rlkit.sandbox.pool import run_blocking
 from rlkit.sandbox.tamper.profile import ImageProfile
 from rlkit.sandbox.timeouts import SandboxExecTimeout
+from rlkit.sandbox.work_product import Carried, carry
 
 DockerNetwork = Literal["none", "bridge", "host"]
 # Largest tar uploaded through the exec session (its base64 must fit one argv string, 128 KiB).
@@ -156,8 +158,28 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
     async def start(self, force_build: bool) -> None:
         image = self.image_ref()
         await self._ensure_image(image, force_build)
+        await self._create_and_start(image)
+        await self._upload_environment_dir_after_start()
+        await self._profile_image()
+
+    async def clean_copy(self) -> DockerEnvironment:
+        """A new container from the exact image this one runs (its id), with this one's settings and
+        labels but none of its state, none of its mounts but the verifier's log dir, and this one's
+        image profile (the same image). The caller stops it (`stop(delete=True)`)."""
+        clone = copy.copy(self)
+        clone._container_id, clone._session = None, None
+        # the task's own network, not the agent's way to its model (host networking to a loopback proxy)
+        baseline = self.task_env_config.resolve_baseline().network_mode
+        network = "none" if baseline == NetworkMode.NO_NETWORK else self.network_mode()
+        clone.opts = self.opts.model_copy(update={"network": "bridge" if network == "host" else network})
+        verifier_dir = str(EnvironmentPaths.for_os(self.os).verifier_dir)
+        clone._host_mounts = [m for m in self._host_mounts if str(m["target"]) == verifier_dir]
+        await clone._create_and_start(self._image_id or self.image_ref(), suffix="-grade")
+        return clone
+
+    async def _create_and_start(self, image: str, suffix: str = "") -> None:
         api = api_client()
-        self._container_name = self._new_container_name()
+        self._container_name = self._new_container_name() + suffix
         host_config_kwargs = self.host_config_kwargs()
         host_config = api.create_host_config(**host_config_kwargs)
         env = self._startup_env()
@@ -192,8 +214,6 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         except Exception as exc:
             await self._remove_quietly()
             raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
-        await self._upload_environment_dir_after_start()
-        await self._profile_image()
 
     async def _profile_image(self) -> None:
         """What the verifier needs to know of the image, probed here (before any agent) once per image."""
@@ -441,6 +461,27 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             return await run_blocking(fetch)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(f"{path} not found in {self._container_name}") from exc
+
+    async def carry_out(self, path: str, max_bytes: int) -> Carried:
+        """`path` of this container as a work product (`work_product.carry`), read through dockerd's
+        archive endpoint (nothing runs in the container); `missing` when it does not exist."""
+        import docker.errors
+
+        container = self._require_container()
+
+        def fetch() -> Carried:
+            try:
+                stream, _stat = api_client().get_archive(container, path)
+            except docker.errors.NotFound:
+                return Carried(path, missing=True)
+            return carry(stream, path, max_bytes)
+
+        return await run_blocking(fetch)
+
+    async def put_archive(self, data: bytes) -> None:
+        """Extract tar `data` at / through dockerd (no tool of the container runs)."""
+        if not await run_blocking(api_client().put_archive, self._require_container(), "/", data):
+            raise SandboxError(f"upload into {self._container_name} failed", session=self.session_id)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         data = await self._get(source_path)

@@ -11,6 +11,18 @@ EXAMPLES = ROOT / "examples" / "tasks"
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def in_place_copy(task_dir: Path, root: Path) -> Path:
+    """A copy of the task under `root` that declares `grading = "in-place"` (image and sources unchanged)."""
+    import shutil
+
+    target = root / "in-place" / task_dir.name
+    if not target.exists():
+        shutil.copytree(task_dir, target)
+        with (target / "task.toml").open("a") as toml:
+            toml.write('\n[verifier.rlkit]\ngrading = "in-place"\n')
+    return target
+
+
 @pytest.fixture(scope="session")
 def task_images(base_image: str) -> list[str]:
     """Every bundled task's image, built once (cached by docker across runs)."""

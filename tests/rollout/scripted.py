@@ -181,11 +181,12 @@ LEGIT: dict[str, Legit] = {
 
 
 class ScriptedAgent(BaseAgent):
-    """Runs `HOSTILE[variant]` or `LEGIT[variant]` as root, then the task's solve.sh (`solve`, a host path)."""
+    """Runs `script`, else `HOSTILE[variant]` or `LEGIT[variant]`, as root, then the task's solve.sh (`solve`,
+    a host path)."""
 
-    def __init__(self, *args, variant: str, solve: str | None = None, **kwargs) -> None:
+    def __init__(self, *args, variant: str, solve: str | None = None, script: str | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.variant, self.solve = variant, solve
+        self.variant, self.solve, self.script = variant, solve, script
 
     @staticmethod
     def name() -> str:
@@ -198,7 +199,7 @@ class ScriptedAgent(BaseAgent):
         return None
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
-        script = HOSTILE[self.variant].script if self.variant in HOSTILE else LEGIT[self.variant].script
+        script = self.script or (HOSTILE[self.variant].script if self.variant in HOSTILE else LEGIT[self.variant].script)
         if self.solve:
             script = f"{script}\n{Path(self.solve).read_text()}"
         result = await environment.exec(command=f"set -e\n{script}\necho planted", user="root", timeout_sec=300)

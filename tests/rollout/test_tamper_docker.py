@@ -6,6 +6,10 @@ commands found on PATH) and reward 0 from rlkit's, on a bundled task (pytest -I 
 on a Terminal-Bench-style task graded by plain `python3 -m pytest` from /app. Legitimate solutions
 (`scripted.LEGIT`) that install packages, add commands, compile code or run Python are graded as
 they deserve and never flagged; nor is any task's oracle.
+
+These trials grade in place (the tasks declared `grading = "in-place"`, as a task whose result is
+the container's state does): the judgement is what guards them. Tasks whose result is files are
+graded in a clean container by default (`test_grading_docker.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pytest
 from rlkit.rollout import trial
 from rlkit.rollout.trial import TrialOutcome, TrialSpec, run_trials
 from tests.rollout.conftest import DATA, EXAMPLES
+from tests.rollout.conftest import in_place_copy as task_in_place
 from tests.rollout.scripted import AGENT, BUNDLED, HOSTILE, LEGIT, PLAIN
 
 pytestmark = pytest.mark.docker
@@ -27,11 +32,13 @@ TASKS = {BUNDLED: EXAMPLES / "merge-intervals", PLAIN: DATA / "log-error-count"}
 STOCK_VERIFIER = "harbor.verifier.verifier:Verifier"  # the control: no tamper check at all
 
 
-def _spec(task: str, variant: str, solve: bool = False) -> TrialSpec:
+def _spec(task: str, variant: str, solve: bool = False, root: Path | None = None) -> TrialSpec:
+    """The variant on the task, graded in place (a copy of the task under `root` that declares it)."""
+    task_dir = task_in_place(TASKS[task], root) if root is not None else TASKS[task]
     kwargs = {"variant": variant}
     if solve:
-        kwargs["solve"] = str(TASKS[task] / "solution" / "solve.sh")
-    return TrialSpec(task_dir=TASKS[task], agent={"import_path": AGENT, "kwargs": kwargs})
+        kwargs["solve"] = str(task_dir / "solution" / "solve.sh")
+    return TrialSpec(task_dir=task_dir, agent={"import_path": AGENT, "kwargs": kwargs})
 
 
 def _run(root: Path, specs: dict[str, TrialSpec], monkeypatch: pytest.MonkeyPatch | None = None
@@ -67,17 +74,21 @@ def _assert_caught(name: str, outcome: TrialOutcome, expected_reason: str) -> No
 
 def _control_and_checked(root: Path, pairs: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     tasks = sorted({task for _name, task in pairs})
-    control = _run(root / "control", {f"{task}/{name}": _spec(task, name) for name, task in pairs
+    control = _run(root / "control", {f"{task}/{name}": _spec(task, name, root=root) for name, task in pairs
                                       if task in HOSTILE[name].beats}
-                   | {f"{task}/nop": TrialSpec(task_dir=TASKS[task], agent="nop") for task in tasks}, monkeypatch)
+                   | {f"{task}/nop": TrialSpec(task_dir=task_in_place(TASKS[task], root), agent="nop") for task in tasks},
+                   monkeypatch)
     for key, outcome in control.items():
         if key.endswith("/nop"):  # the task is not solved: its tests fail
             assert (outcome.reward, outcome.reason) == (0.0, "failed_tests"), (key, outcome)
         else:  # ... yet the variant fools a verifier with no check
             assert (outcome.reward, outcome.reason) == (1.0, "passed"), (key, outcome)
-    checked = _run(root / "checked", {f"{task}/{name}": _spec(task, name) for name, task in pairs})
+    checked = _run(root / "checked", {f"{task}/{name}": _spec(task, name, root=root) for name, task in pairs})
     for key, outcome in checked.items():
-        _assert_caught(key, outcome, HOSTILE[key.split("/")[1]].reason)
+        task, name = key.split("/")
+        if task not in HOSTILE[name].beats and outcome.reason == "failed_tests":
+            continue  # no effect on this task's command (/conftest.py beside `--noconftest`): not a finding
+        _assert_caught(key, outcome, HOSTILE[name].reason)
 
 
 def test_new_kinds_of_steering_fool_the_stock_verifier_and_not_rlkits(base_image, tmp_path: Path,
@@ -101,8 +112,9 @@ def test_every_hostile_agent_fools_the_stock_verifier_and_not_rlkits(base_image,
 @pytest.mark.slow
 def test_legitimate_solutions_are_graded_as_deserved_and_never_flagged(base_image, tmp_path: Path):
     assert len(LEGIT) >= 6
-    specs = {f"{PLAIN}/{name}": _spec(PLAIN, name, solve=not legit.solves) for name, legit in LEGIT.items()}
-    specs |= {f"{BUNDLED}/{name}": _spec(BUNDLED, name, solve=True) for name, legit in LEGIT.items()
+    specs = {f"{PLAIN}/{name}": _spec(PLAIN, name, solve=not legit.solves, root=tmp_path)
+             for name, legit in LEGIT.items()}
+    specs |= {f"{BUNDLED}/{name}": _spec(BUNDLED, name, solve=True, root=tmp_path) for name, legit in LEGIT.items()
               if not legit.solves}
     outcomes = _run(tmp_path, specs)
     for key, outcome in outcomes.items():

@@ -25,10 +25,11 @@ from rlkit.sandbox.tamper.changes import (
     snapshot,
 )
 from rlkit.sandbox.tamper.profile import ImageProfile, Interpreter, ensure_profile, parse_probe
+from rlkit.sandbox.tamper.pytest_command import UNKNOWN, ConfigScope, config_scope
 from rlkit.sandbox.tamper.rules import Finding, Judge, Verdict, judge, report
 
 __all__ = [
-    "Change", "ChangeKind", "Finding", "ImageProfile", "Interpreter", "Judge", "Snapshot", "Verdict",
-    "ensure_profile", "find_changes_script", "from_docker_diff", "from_find_output", "judge",
+    "UNKNOWN", "Change", "ChangeKind", "ConfigScope", "Finding", "ImageProfile", "Interpreter", "Judge", "Snapshot", "Verdict",
+    "config_scope", "ensure_profile", "find_changes_script", "from_docker_diff", "from_find_output", "judge",
     "overlay_changes", "parse_probe", "report", "snapshot",
 ]

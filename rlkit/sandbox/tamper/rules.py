@@ -12,7 +12,8 @@ lies, not by its name:
   before the tests (apt rewrites it when it installs a package).
 * symlinks the image's paths run through (`/bin -> usr/bin`, alternatives): redirect; the
   files they lead to: link_target_edit.
-* pytest configuration above the tests folder or in the working dir: pytest_config.
+* pytest configuration where the verifier's pytest reads it (`pytest_command.py`; an unknown
+  command: above the tests folder or in the working dir): pytest_config.
 * Python's import paths: see `_python.py`.
 
 Trees that belong to rlkit's agents, the tests folder (replaced before the tests) and /logs
@@ -31,6 +32,7 @@ from rlkit.sandbox.tamper._python import PythonArea
 from rlkit.sandbox.tamper.changes import Change, ChangeKind
 from rlkit.sandbox.tamper.files import SandboxFiles
 from rlkit.sandbox.tamper.profile import ImageProfile
+from rlkit.sandbox.tamper.pytest_command import UNKNOWN, ConfigScope
 
 PYTEST_CONFIG_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg"})
 # pyproject.toml configures pytest too, but agents edit it in their project: only above /tests.
@@ -91,11 +93,16 @@ class _NoFiles:
 class Judge:
     """The rules of one image, for one sandbox's working dir and tests folder."""
 
-    def __init__(self, profile: ImageProfile, workdir: str | None, tests_dir: str = "/tests") -> None:
+    def __init__(self, profile: ImageProfile, workdir: str | None, tests_dir: str = "/tests",
+                 scope: ConfigScope = UNKNOWN) -> None:
         self.profile = profile
         self.tests_dir = tests_dir.rstrip("/") or "/"
-        self.near_tests = _ancestors(self.tests_dir)
-        self.near_workdir = _ancestors(workdir) if workdir else {"/"}
+        near_tests = _ancestors(self.tests_dir)
+        near = near_tests | (_ancestors(workdir) if workdir else {"/"})
+        # where the verifier's pytest reads config files (unknown command: above the tests, the working dir)
+        self.ini_dirs = set(scope.ini_dirs) if scope.ini_dirs is not None else near
+        self.pyproject_dirs = set(scope.ini_dirs) if scope.ini_dirs is not None else near_tests
+        self.conftest_dirs = set(scope.conftest_dirs) if scope.conftest_dirs is not None else near
         self.python = PythonArea(profile, workdir)
         self.tools = {path: name for name, path in profile.tools.items()}
         self.path_dirs = {d: i for i, d in enumerate(profile.path_dirs)}
@@ -143,9 +150,11 @@ class Judge:
         if path == LOADER_CACHE:
             verdict.rebuild_loader_cache = True
             return None
-        if name in PYTEST_CONFIG_FILES and (parent in self.near_tests or parent in self.near_workdir):
+        if name == "conftest.py" and parent in self.conftest_dirs:
+            return found("pytest_config", "pytest loads it for the tests")
+        if name in PYTEST_CONFIG_FILES - {"conftest.py"} and parent in self.ini_dirs:
             return found("pytest_config", "pytest reads it for the tests")
-        if name in ANCESTOR_ONLY_CONFIG and parent in self.near_tests:
+        if name in ANCESTOR_ONLY_CONFIG and parent in self.pyproject_dirs:
             return found("pytest_config", "pytest reads it for the tests")
         python = await self.python.judge(path, kind, files.read_text, files.list_dir)
         if python.remove:
@@ -192,9 +201,9 @@ class Judge:
 
 
 async def judge(changes: Sequence[Change], profile: ImageProfile, files: SandboxFiles | None, workdir: str | None,
-                tests_dir: str = "/tests") -> Verdict:
+                tests_dir: str = "/tests", scope: ConfigScope = UNKNOWN) -> Verdict:
     """The changes that can steer a verifier (findings), and what to undo before the tests."""
-    return await Judge(profile, workdir, tests_dir).judge(changes, files)
+    return await Judge(profile, workdir, tests_dir, scope).judge(changes, files)
 
 
 def report(changes: Sequence[Change], verdict: Verdict, workdir: str | None, source: str,
