@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from rlkit.config.secrets import mask_secrets
 from rlkit.errors import LaunchError, UserError
 from rlkit.launch.lock import RunLock
-from rlkit.launch.plan import LaunchPlan
+from rlkit.launch.plan import RAY_HEAD_PORT_FLAGS, LaunchPlan
 from rlkit.launch.ray_node import (
     Waits,
     command_env,
@@ -203,6 +203,13 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
                     signal.signal(sig, handler)
 
 
+def ray_ports(plan: LaunchPlan) -> dict[str, object]:
+    """What the lock records of the run's Ray head: its GCS address and the ports it was given."""
+    given = {a.split("=", 1)[0].removeprefix("--"): int(a.split("=", 1)[1]) for a in plan.ray_head.argv
+             if a.split("=", 1)[0] in RAY_HEAD_PORT_FLAGS}
+    return {"gcs": f"{plan.head_address}:{head_port(plan)}", "ports": given}
+
+
 def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) -> int:
     """`rlkit train` with TRAINER=verl: print this node's plan, then execute that same object."""
     from rlkit.config.paths import RunPaths
@@ -221,5 +228,6 @@ def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) ->
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME, c.EXP_NAME)
     lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path),
                    overrides=resolved.public_overrides())
+    lock.data["ray"] = ray_ports(plan)
     return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
                    waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock, teardown=teardown)
