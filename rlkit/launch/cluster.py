@@ -2,8 +2,9 @@
 
 Rank 0: write the plan's files, start the Ray head, wait until NNODES nodes and their
 GPUs registered, then run verl's trainer with the plan's overrides; its output is tee'd
-to logs/<exp>.log (the run lock, logs/<exp>.lock, held meanwhile), vLLM's throughput lines (forwarded by Ray from the replicas on every node)
-are gathered into logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
+to logs/<exp>.log as plain lines, Ray's own chatter to logs/<exp>_ray.log (`rlkit.launch.console`)
+(the run lock, logs/<exp>.lock, held meanwhile), vLLM's throughput lines (forwarded by Ray from the
+replicas on every node) are gathered into logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
 proxy runs inside verl's agent-loop workers (see rlkit.train.verl_agent_loop), bound to
 the plan's proxy address. Every other rank: write the files, join Ray as a worker and
 block until the head goes away, then exit cleanly.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from rlkit.config.secrets import mask_secrets
 from rlkit.errors import LaunchError, UserError
+from rlkit.launch.console import plain_line
 from rlkit.launch.lock import RunLock
 from rlkit.launch.plan import RAY_HEAD_PORT_FLAGS, LaunchPlan
 from rlkit.launch.ray_node import (
@@ -72,6 +74,7 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
     log.parent.mkdir(parents=True, exist_ok=True)
     if plan.metrics is not None:
         plan.metrics[0].unlink(missing_ok=True)  # the last launch's lines are in logs/<exp>.jsonl already
+        plan.metrics[0].parent.mkdir(parents=True, exist_ok=True)
     say(f"$ {plan.trainer.render()}")
     # The trainer dies with this launcher (a kill -9 included): Ray then ends its job's actors. The
     # child only calls prctl, resolved here before the fork, so the lock's heartbeat thread is no risk.
@@ -95,14 +98,17 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
     if plan.metrics is not None:
         threading.Thread(target=follow_jsonl, args=(*plan.metrics, proc), name="rlkit-jsonl", daemon=True).start()
     try:
-        with log.open("a") as sink, vllm_log.open("a") as vllm_sink:
+        ray_log = log.with_name(f"{log.stem}_ray.log")
+        with log.open("a") as sink, vllm_log.open("a") as vllm_sink, ray_log.open("a") as ray_sink:
             assert proc.stdout is not None
             for line in proc.stdout:
                 line = mask_secrets(line, plan.secrets)  # what verl or wandb print never shows a secret
-                sink.write(line)
-                sink.flush()
-                if VLLM_THROUGHPUT.search(line):
-                    vllm_sink.write(line)
+                text, ray_own = plain_line(line)  # no escapes, no `(TaskRunnerV1 pid=..)`: `^step:` greps
+                out = ray_sink if ray_own else sink
+                out.write(text)
+                out.flush()
+                if VLLM_THROUGHPUT.search(text):
+                    vllm_sink.write(text)
                     vllm_sink.flush()
                 print(line, end="", flush=True)
                 if not ready.is_set() and REPLICAS_READY.search(line):

@@ -155,8 +155,9 @@ class LaunchPlan:
 def verl_jsonl(paths: RunPaths) -> Path:
     """Where verl's file logger writes. It truncates its file at every launch, so a resumed run would
     lose its earlier steps: the launcher copies each line into logs/<exp>.jsonl, which it only appends
-    to (`rlkit.launch.cluster.follow_jsonl`)."""
-    return paths.logs / f"{paths.exp}_verl.jsonl"
+    to (`rlkit.launch.cluster.follow_jsonl`). It lives in the run's hydra folder: a file in logs/ would read
+    as a run of its own (`<exp>_verl`) to the dashboard."""
+    return paths.logs / f"{paths.exp}_hydra" / "verl.jsonl"
 
 
 def cpu_env(paths: RunPaths) -> dict[str, str]:

@@ -64,7 +64,7 @@ def locate(target: str | None, root: Path | None = None, overrides: dict[str, st
     logs = root / "logs"
     if not target:
         candidates = sorted((p for p in logs.glob("*.log") if not p.stem.endswith(("_vllm", "_proxy", "_reaper",
-                                                                                   "_server", "_attempts"))),
+                                                                                   "_server", "_attempts", "_ray"))),
                             key=lambda p: p.stat().st_mtime, reverse=True) if logs.is_dir() else []
         if not candidates:
             raise UserError(f"no run found under {logs}", fix="pass a run config: rlkit status CFG.env")

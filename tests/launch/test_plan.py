@@ -107,7 +107,7 @@ def test_verl_config_accepts_every_combination(ws) -> None:
     assert cpu["actor_rollout_ref"]["rollout"]["name"] == "vllm_http" and cpu["trainer"]["device"] == "cpu"
     assert cpu["actor_rollout_ref"]["actor"]["strategy"] == "fsdp2"
     assert cpu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_FILE_LOGGER_PATH"] == str(
-        ws.root / "out" / "logs" / "exp_verl.jsonl")  # verl's Tracking runs in a Ray actor: the job's env carries it
+        ws.root / "out" / "logs" / "exp_hydra" / "verl.jsonl")  # verl's Tracking runs in a Ray actor: the job's env carries it
 
 
 def test_validation_samples_at_the_rollout_temperature(ws) -> None:
