@@ -105,7 +105,17 @@ class ServerManagerUpstream(UpstreamClient):
             self.latest_step = max(self.latest_step, version)
         logprobs = list(out.log_probs or [])
         return {"token_ids": list(out.token_ids), "logprobs": [float(x) for x in logprobs],
-                "finish_reason": "length" if out.stop_reason == "length" else "stop", "text": None}
+                "finish_reason": finish_reason(out.stop_reason, len(out.token_ids), params), "text": None}
+
+
+def finish_reason(stop_reason: str | None, sampled: int, params: dict[str, Any]) -> str:
+    """"length" when the answer was cut at max_tokens, else "stop". verl's own vLLM server reports a length
+    cut as "completed", so an answer that used its whole max_tokens counts as cut (one that ended on its
+    end-of-sequence token exactly at the limit reads as cut too: the rarer error)."""
+    if stop_reason == "length":
+        return "length"
+    limit = params.get("max_tokens")
+    return "length" if isinstance(limit, int) and limit > 0 and sampled >= limit else "stop"
 
 
 def quiet_trial_libraries() -> None:

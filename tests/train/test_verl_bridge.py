@@ -207,3 +207,16 @@ def test_trials_are_filed_under_the_step_verl_sampled_them_for() -> None:
     verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
     assert verl_loop.trial_step({"global_steps": np.int64(3)}, latest_weights=2) == 3  # V1 hands the step over
     assert verl_loop.trial_step({}, latest_weights=2) == 2  # else the newest weight version seen
+
+
+def test_a_length_cut_reaches_the_proxy_as_a_length_stop() -> None:
+    """verl's own vLLM server says "completed" for a length cut; an answer that used its whole max_tokens is
+    "length" to the proxy. rlkit's vllm_http server keeps vLLM's "length" as verl's stop reason."""
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    from rlkit.train.verl_cpu_rollout import stop_reason
+
+    assert verl_loop.finish_reason("completed", 9, {"max_tokens": 9}) == "length"
+    assert verl_loop.finish_reason("completed", 4, {"max_tokens": 9}) == "stop"
+    assert verl_loop.finish_reason("length", 4, {"max_tokens": 9}) == "length"
+    assert verl_loop.finish_reason("completed", 4, {}) == "stop"
+    assert (stop_reason("length"), stop_reason("stop"), stop_reason("abort")) == ("length", "completed", "aborted")
