@@ -24,7 +24,8 @@ on the worker's loop. That keeps, unchanged:
 The replicas' HTTP addresses remain the route for the local trainer and the benchmarks.
 
 Trials land in `harbor_trials/<project>/<exp>/step_<N>/`, N being the training step verl sampled
-the prompt for (validation rows: `<exp>_val/step_<N>/`), as the local trainer files them.
+the prompt for (validation samples, known by verl's `validate` flag: `<exp>_val/step_<N>/`), as the
+local trainer files them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import asyncio
 import contextvars
 import logging
 import os
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -206,6 +208,25 @@ class SessionTaggedCore(ProxyCore):
 
 
 VALIDATION_SPLITS = frozenset({"val", "test"})  # an index row's split (rlkit index build --val-fraction)
+VERL_RUNNER = "_run_agent_loop"  # verl's AgentLoopWorker method that awaits `AgentLoopBase.run`
+
+
+def verl_validating() -> bool | None:
+    """Whether verl runs this sample for validation; None outside verl's worker.
+
+    verl 0.9.1's V1 worker pops the batch's `validate` flag before the samples' fields reach the loop
+    (trainer/ppo/v1/agent_loop_tq.py), and a run whose VAL_FILES is its TRAIN_FILES (the embedded
+    example) has training rows in its validation set, so neither the fields nor the row's split tell.
+    The flag lives on in the `trajectory` argument of the worker's `_run_agent_loop`, the coroutine that
+    awaits `run()`: its frame is on this call's stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == VERL_RUNNER:
+            trajectory = frame.f_locals.get("trajectory")
+            if isinstance(trajectory, dict) and "validate" in trajectory:
+                return bool(trajectory["validate"])
+        frame = frame.f_back
+    return None
 
 
 def trial_step(fields: dict[str, Any], latest_weights: int) -> int:
@@ -241,10 +262,12 @@ class RlkitAgentLoop(AgentLoopBase):
         self.model_path = str(self.config.actor_rollout_ref.model.path)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        validating = verl_validating()  # first: before any await
         host = WorkerHost.get(self.settings, self.model_path, self.server_manager)
         row = row_from_verl(kwargs)
         uid = group_uid(kwargs, row)
-        engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS)
+        engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS
+                             if validating is None else validating)
         record: TrialRecord = await engine.run_trial(row, uid=uid, step=trial_step(kwargs, host.upstream.latest_step))
         return self.output(record, host.upstream.steps.pop(record.session, None))
 

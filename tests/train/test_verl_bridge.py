@@ -220,3 +220,28 @@ def test_a_length_cut_reaches_the_proxy_as_a_length_stop() -> None:
     assert verl_loop.finish_reason("length", 4, {"max_tokens": 9}) == "length"
     assert verl_loop.finish_reason("completed", 4, {}) == "stop"
     assert (stop_reason("length"), stop_reason("stop"), stop_reason("abort")) == ("length", "completed", "aborted")
+
+
+def test_validation_samples_are_known_by_verls_flag_not_the_rows_split() -> None:
+    """verl's V1 worker pops the batch's `validate` flag; it lives on in the `trajectory` argument of the
+    worker's `_run_agent_loop`, which awaits the loop's `run()`. A row of the training split run for
+    validation (VAL_FILES = TRAIN_FILES) is still a validation trial."""
+    import inspect
+
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    runner = AgentLoopWorker._run_agent_loop
+    assert runner.__name__ == verl_loop.VERL_RUNNER and "trajectory" in inspect.signature(runner).parameters
+    assert "await agent_loop.run(" in inspect.getsource(runner)
+
+    class Loop:  # the part of RlkitAgentLoop.run that decides, called as verl calls it
+        async def run(self) -> bool | None:
+            return verl_loop.verl_validating()
+
+    async def _run_agent_loop(sampling_params: dict, trajectory: dict) -> bool | None:
+        return await Loop().run()
+
+    assert asyncio.run(_run_agent_loop({}, {"validate": True, "step": 8})) is True
+    assert asyncio.run(_run_agent_loop({}, {"validate": False, "step": 1})) is False
+    assert asyncio.run(Loop().run()) is None  # outside verl's worker: the row's split decides
