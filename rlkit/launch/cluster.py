@@ -177,19 +177,22 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, waits: Waits,
             say: Callable[[str], None] = print, lock: RunLock | None = None,
-            teardown: Callable[[], None] | None = None) -> int:
+            teardown: Callable[[], None] | None = None, started: Callable[[], None] | None = None) -> int:
     """Run this node's part of the plan; the trainer's exit code on rank 0.
 
     On rank 0 `lock` (logs/<exp>.lock) marks the run in flight from before the Ray head starts
     until Ray is stopped: a second launch of the experiment refuses, status and cleanup find it,
     and what the run starts carries this launcher as its owner. `teardown` runs after Ray is
-    stopped (the caller's: removing the run's sandboxes), also on Ctrl-C and SIGTERM."""
+    stopped (the caller's: removing the run's sandboxes), also on Ctrl-C and SIGTERM. `started` runs once the
+    lock is held, before Ray starts (the caller's: the attempt marker in the logs)."""
     write_files(plan)
     if not plan.node_is_head:
         return join_as_worker(plan, waits, say)
     with sigterm_interrupts(), lock if lock is not None else contextlib.nullcontext():
         if lock is not None:
             lock.update(phase="ray")
+        if started is not None:
+            started()
         start_head(plan, say)
         try:
             wait_for_nodes(f"{plan.head_address}:{head_port(plan)}", plan.nnodes, gpus_per_node, waits, say,
@@ -216,7 +219,8 @@ def ray_ports(plan: LaunchPlan) -> dict[str, object]:
     return {"gcs": f"{plan.head_address}:{head_port(plan)}", "ports": given}
 
 
-def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) -> int:
+def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None,
+        started: Callable[[], None] | None = None, total_steps: int | None = None) -> int:
     """`rlkit train` with TRAINER=verl: print this node's plan, then execute that same object."""
     from rlkit.config.paths import RunPaths
     from rlkit.config.schema import VerlDevice
@@ -235,5 +239,8 @@ def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) ->
     lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path),
                    overrides=resolved.public_overrides())
     lock.data["ray"] = ray_ports(plan)
+    if total_steps is not None:
+        lock.data["total_steps"] = total_steps
     return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
-                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock, teardown=teardown)
+                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock, teardown=teardown,
+                   started=started)

@@ -36,6 +36,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,17 @@ def verl_validating() -> bool | None:
     return None
 
 
+def file_trial(step_dir: Path, step: int, record: TrialRecord, started: float) -> None:
+    """The trial in its step's summary.json (status and the dashboard read it); a failure to write it
+    is logged, never the trial's."""
+    from rlkit.rollout.step_file import add_trial
+
+    try:
+        add_trial(step_dir, step, record, started, time.time())
+    except (OSError, ValueError) as exc:
+        log.warning("could not add trial %s to %s/summary.json: %s", record.session, step_dir, exc)
+
+
 def trial_step(fields: dict[str, Any], latest_weights: int) -> int:
     """The step a trial's folder is named for: the training step verl sampled its prompt for
     (V1 hands `global_steps` to every sample: trials of step N land in step_<N>/, as the local
@@ -268,7 +280,10 @@ class RlkitAgentLoop(AgentLoopBase):
         uid = group_uid(kwargs, row)
         engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS
                              if validating is None else validating)
-        record: TrialRecord = await engine.run_trial(row, uid=uid, step=trial_step(kwargs, host.upstream.latest_step))
+        step = trial_step(kwargs, host.upstream.latest_step)
+        started = time.time()
+        record: TrialRecord = await engine.run_trial(row, uid=uid, step=step)
+        await asyncio.to_thread(file_trial, engine.config.step_dir(step), step, record, started)
         return self.output(record, host.upstream.steps.pop(record.session, None))
 
     def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput | list:

@@ -74,14 +74,34 @@ def train_verl(resolved: ResolvedConfig) -> int:
     from rlkit.launch.cluster import run
     from rlkit.launch.plan import is_head_node
     from rlkit.train.resume import latest_step, set_aside_steps_after
+    from rlkit.train.runlog import mark_attempt_files
 
     c = resolved.config
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME or "default",
                      c.EXP_NAME or "default")
+    start = 0
     if c.RESUME_MODE.value == "auto" and is_head_node(c.RAY_HEAD_ADDRESS, node_ip=c.NODE_IP):
         start = latest_step(paths.checkpoints)
         for trials in (paths.trials, paths.val_trials):
             for moved in set_aside_steps_after(trials, start):
                 print(f"set aside an interrupted step's trials: {moved}", flush=True)
+    total = planned_steps(resolved)
+
+    def started() -> None:  # the lock is held: this launch is the run's next attempt
+        mark_attempt_files(paths, start, total, str(resolved.config_path or ""), jsonl="file" in c.LOGGER)
+
     return run(resolved, teardown=lambda: teardown(paths.project, (paths.exp, paths.val_exp),
-                                                   k8s=c.BACKEND is Backend.K8S))
+                                                   k8s=c.BACKEND is Backend.K8S), started=started, total_steps=total)
+
+
+def planned_steps(resolved: ResolvedConfig) -> int | None:
+    """The step verl ends at: TOTAL_STEPS, else its dataloader's length (TRAIN_FILES' rows // TRAIN_BSZ,
+    verl drops the last partial batch) times TOTAL_EPOCHS; None when the index cannot be read."""
+    c = resolved.config
+    if c.TOTAL_STEPS > 0:
+        return c.TOTAL_STEPS
+    from rlkit.validate.data import index_rows
+
+    path = resolved.path("TRAIN_FILES")
+    rows = index_rows(path) if path is not None else None
+    return (rows // c.TRAIN_BSZ) * c.TOTAL_EPOCHS if rows and c.TRAIN_BSZ > 0 else None

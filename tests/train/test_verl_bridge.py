@@ -245,3 +245,38 @@ def test_validation_samples_are_known_by_verls_flag_not_the_rows_split() -> None
     assert asyncio.run(_run_agent_loop({}, {"validate": True, "step": 8})) is True
     assert asyncio.run(_run_agent_loop({}, {"validate": False, "step": 1})) is False
     assert asyncio.run(Loop().run()) is None  # outside verl's worker: the row's split decides
+
+
+def test_a_verl_launch_marks_its_attempt_so_status_and_the_dashboard_know_its_steps(ws, monkeypatch) -> None:
+    """Once the lock is held the launch writes the attempt marker (from step, total steps: verl's dataloader
+    length when TOTAL_STEPS is 0) before verl's step lines; the dashboard then lists one run, finished at
+    step 3 of 3. The launch itself (Ray, verl) is stood in for: it writes what verl's trainer would."""
+    from rlkit.config.paths import RunPaths
+    from rlkit.config.resolve import resolve
+    from rlkit.launch import cluster
+    from rlkit.monitor.dashboard import RunFolder, run_state
+    from rlkit.train import verl_run
+
+    seen: dict = {}
+
+    def launch(resolved, teardown=None, started=None, total_steps=None) -> int:
+        seen["total_steps"] = total_steps
+        started()
+        paths = RunPaths(ws.root / "out", "proj", "exp")
+        with paths.console_log.open("a") as log:
+            log.writelines(f"step:{s} - critic/score/mean:0.5\n" for s in (1, 2, 3))
+        (paths.trials / "step_1").mkdir(parents=True)
+        return 0
+
+    monkeypatch.setattr(cluster, "run", launch)
+    resolved = resolve(ws.config(TRAINER="verl", TOTAL_STEPS=0, TOTAL_EPOCHS=3, TRAIN_BSZ=2, LOGGER="console"),
+                       ws.environ())
+    assert verl_run.train_verl(resolved) == 0
+    assert seen["total_steps"] == 3  # 2 rows // TRAIN_BSZ 2, times 3 epochs
+    paths = RunPaths(ws.root / "out", "proj", "exp")
+    first = paths.console_log.read_text().splitlines()[0]
+    assert first.startswith("[rlkit] attempt ") and '"total_steps": 3' in first and '"from_step": 0' in first
+    assert not paths.jsonl.exists()  # LOGGER without file: verl writes no JSONL, nor does rlkit
+    assert run_state(paths) == {"state": "finished", "step": 3, "total_steps": 3}
+    assert [(r["exp"], r["project"], r["state"]) for r in RunFolder(ws.root / "out").runs()] == [
+        ("exp", "proj", "finished")]
