@@ -269,10 +269,14 @@ def test_a_verl_launch_marks_its_attempt_so_status_and_the_dashboard_know_its_st
         return 0
 
     monkeypatch.setattr(cluster, "run", launch)
+    from rlkit.train import reaper
+
+    monkeypatch.setattr(reaper, "start_reaper", lambda lock: seen.setdefault("reaper", lock))
     resolved = resolve(ws.config(TRAINER="verl", TOTAL_STEPS=0, TOTAL_EPOCHS=3, TRAIN_BSZ=2, LOGGER="console"),
                        ws.environ())
     assert verl_run.train_verl(resolved) == 0
     assert seen["total_steps"] == 3  # 2 rows // TRAIN_BSZ 2, times 3 epochs
+    assert seen["reaper"] == RunPaths(ws.root / "out", "proj", "exp").lock  # a kill -9 of the launcher is reaped
     paths = RunPaths(ws.root / "out", "proj", "exp")
     first = paths.console_log.read_text().splitlines()[0]
     assert first.startswith("[rlkit] attempt ") and '"total_steps": 3' in first and '"from_step": 0' in first
