@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from rlkit.config.secrets import mask_secrets
 from rlkit.errors import LaunchError, UserError
-from rlkit.launch.console import plain_line
+from rlkit.launch.console import plain_line, strip_escapes
 from rlkit.launch.lock import RunLock
 from rlkit.launch.plan import RAY_HEAD_PORT_FLAGS, LaunchPlan
 from rlkit.launch.ray_node import (
@@ -107,8 +107,8 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
                 out = ray_sink if ray_own else sink
                 out.write(text)
                 out.flush()
-                if VLLM_THROUGHPUT.search(text):
-                    vllm_sink.write(text)
+                if VLLM_THROUGHPUT.search(text):  # with Ray's prefix: which replica, on which node
+                    vllm_sink.write(strip_escapes(line))
                     vllm_sink.flush()
                 print(line, end="", flush=True)
                 if not ready.is_set() and REPLICAS_READY.search(line):

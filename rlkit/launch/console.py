@@ -23,9 +23,13 @@ RAY_NOTICES = ("Ray deduplicates logs by default", "[repeated ", "Started a loca
                "Connecting to existing Ray cluster")
 
 
+def strip_escapes(raw: str) -> str:
+    return ANSI_RE.sub("", raw)
+
+
 def plain_line(raw: str) -> tuple[str, bool]:
     """(the line without escapes and Ray's prefix, whether it is Ray's own chatter)."""
-    text = ANSI_RE.sub("", raw)
+    text = strip_escapes(raw)
     match = RAY_PREFIX_RE.match(text)
     who = ""
     if match and match.group(0).strip():

@@ -406,4 +406,5 @@ def test_the_trainer_log_has_plain_step_lines_and_rays_chatter_apart(ws) -> None
     ray = log.with_name("exp_ray.log").read_text()
     assert "memory_monitor.cc" in ray and "Connecting to existing Ray cluster" in ray and "ray status" in ray
     assert "memory_monitor" not in log.read_text() and "Connecting" not in log.read_text()
-    assert log.with_name("exp_vllm.log").read_text() == "INFO 12-05 17:00:02 Avg generation throughput: 120.0 tokens/s\n"
+    assert log.with_name("exp_vllm.log").read_text() == (  # Ray's prefix kept: which replica, on which node
+        "(HttpVllmServer pid=55) INFO 12-05 17:00:02 Avg generation throughput: 120.0 tokens/s\n")
