@@ -78,7 +78,8 @@ def _records(console_log: Path) -> list[tuple[int, dict[str, float]]]:
 
 
 def _steps(console_log: Path) -> list[int]:
-    return [step for step, _ in _records(console_log)]
+    """Training steps logged (step 0's line is the validation before training)."""
+    return [step for step, _ in _records(console_log) if step > 0]
 
 
 def _metrics(console_log: Path, step: int) -> dict[str, float]:
@@ -174,6 +175,7 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
     # The log greps as the local trainer's: plain `step:N - ...` lines, Ray's own lines in their own log.
     text = console.read_text()
     assert [int(line.split(" - ")[0][5:]) for line in text.splitlines() if line.startswith("step:")][-3:] == [1, 2, 3]
+    assert any(line.startswith("step:0 - ") for line in text.splitlines())  # validation before step 1
     assert "\x1b[" not in text and "(TaskRunnerV1 pid=" not in text and (logs / "verl-cpu_ray.log").exists()
     # Validation trials are filed under <exp>_val (VAL_FILES is TRAIN_FILES here: training rows), every
     # step's folder holds its training trials and a summary.json of them.
