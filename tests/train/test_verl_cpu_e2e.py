@@ -142,7 +142,8 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
         assert len(trials) == 2, trials
         assert (ckpt / f"global_step_{step}" / "actor").is_dir() and (ckpt / f"global_step_{step}" / "data.pt").exists()
     jsonl = [json.loads(line) for line in (logs / "verl-cpu.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in jsonl] == [1, 2]
+    assert jsonl[0]["event"] == "attempt" and jsonl[0]["total_steps"] == 3  # the launch's marker, then verl's
+    assert [r["step"] for r in jsonl if r.get("step", 0) > 0] == [1, 2]
 
     # Run 2: resumes at step 3 and is killed (SIGKILL, the launcher alone) while step 3's trials run.
     second = _start(ws, config, ws.root / "run2.out")
