@@ -78,8 +78,8 @@ def _records(console_log: Path) -> list[tuple[int, dict[str, float]]]:
 
 
 def _steps(console_log: Path) -> list[int]:
-    """Training steps logged (step 0's line is the validation before training)."""
-    return [step for step, _ in _records(console_log) if step > 0]
+    """Training steps logged (a validation-only line, before training and at each resume, is no step)."""
+    return [step for step, data in _records(console_log) if any(not k.startswith("val-") for k in data)]
 
 
 def _metrics(console_log: Path, step: int) -> dict[str, float]:
@@ -175,7 +175,8 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
 
     # The log greps as the local trainer's: plain `step:N - ...` lines, Ray's own lines in their own log.
     text = console.read_text()
-    assert [int(line.split(" - ")[0][5:]) for line in text.splitlines() if line.startswith("step:")][-3:] == [1, 2, 3]
+    plain = [line for line in text.splitlines() if line.startswith("step:") and " - val-" not in line[:16]]
+    assert [int(line.split(" - ")[0][5:]) for line in plain][-3:] == [1, 2, 3]
     assert any(line.startswith("step:0 - ") for line in text.splitlines())  # validation before step 1
     assert "\x1b[" not in text and "(TaskRunnerV1 pid=" not in text and (logs / "verl-cpu_ray.log").exists()
     # Validation trials are filed under <exp>_val (VAL_FILES is TRAIN_FILES here: training rows), every
