@@ -3,6 +3,7 @@
     logs/<exp>.log                          verl console lines (`step:N - key:value - ...`)
     logs/<exp>.jsonl                        verl file logger ({"step": N, "data": {...}} per line)
     logs/<exp>_vllm.log                     vLLM's throughput lines
+    logs/<exp>_ray.log                      TRAINER=verl: Ray's own lines (the raylet's, the driver's); never steps
     logs/<exp>.lock                         JSON: the run in flight (pid, host, user, started, heartbeat)
     logs/<exp>_attempts.jsonl               one line per start of the run (the attempt markers of the metric logs)
     logs/tensorboard/<project>/<exp>/       tensorboard event files (LOGGER=tensorboard)

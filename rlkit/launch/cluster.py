@@ -2,8 +2,9 @@
 
 Rank 0: write the plan's files, start the Ray head, wait until NNODES nodes and their
 GPUs registered, then run verl's trainer with the plan's overrides; its output is tee'd
-to logs/<exp>.log (the run lock, logs/<exp>.lock, held meanwhile), vLLM's throughput lines (forwarded by Ray from the replicas on every node)
-are gathered into logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
+to logs/<exp>.log as plain lines, Ray's own chatter to logs/<exp>_ray.log (`rlkit.launch.console`)
+(the run lock, logs/<exp>.lock, held meanwhile), vLLM's throughput lines (forwarded by Ray from the
+replicas on every node) are gathered into logs/<exp>_vllm.log, and progress is printed while verl boots its vLLM replicas. The
 proxy runs inside verl's agent-loop workers (see rlkit.train.verl_agent_loop), bound to
 the plan's proxy address. Every other rank: write the files, join Ray as a worker and
 block until the head goes away, then exit cleanly.
@@ -25,8 +26,9 @@ from typing import TYPE_CHECKING
 
 from rlkit.config.secrets import mask_secrets
 from rlkit.errors import LaunchError, UserError
+from rlkit.launch.console import plain_line, strip_escapes
 from rlkit.launch.lock import RunLock
-from rlkit.launch.plan import LaunchPlan
+from rlkit.launch.plan import RAY_HEAD_PORT_FLAGS, LaunchPlan
 from rlkit.launch.ray_node import (
     Waits,
     command_env,
@@ -72,6 +74,7 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
     log.parent.mkdir(parents=True, exist_ok=True)
     if plan.metrics is not None:
         plan.metrics[0].unlink(missing_ok=True)  # the last launch's lines are in logs/<exp>.jsonl already
+        plan.metrics[0].parent.mkdir(parents=True, exist_ok=True)
     say(f"$ {plan.trainer.render()}")
     # The trainer dies with this launcher (a kill -9 included): Ray then ends its job's actors. The
     # child only calls prctl, resolved here before the fork, so the lock's heartbeat thread is no risk.
@@ -95,14 +98,17 @@ def run_trainer(plan: LaunchPlan, log: Path, vllm_log: Path, waits: Waits, *,
     if plan.metrics is not None:
         threading.Thread(target=follow_jsonl, args=(*plan.metrics, proc), name="rlkit-jsonl", daemon=True).start()
     try:
-        with log.open("a") as sink, vllm_log.open("a") as vllm_sink:
+        ray_log = log.with_name(f"{log.stem}_ray.log")
+        with log.open("a") as sink, vllm_log.open("a") as vllm_sink, ray_log.open("a") as ray_sink:
             assert proc.stdout is not None
             for line in proc.stdout:
                 line = mask_secrets(line, plan.secrets)  # what verl or wandb print never shows a secret
-                sink.write(line)
-                sink.flush()
-                if VLLM_THROUGHPUT.search(line):
-                    vllm_sink.write(line)
+                text, ray_own = plain_line(line)  # no escapes, no `(TaskRunnerV1 pid=..)`: `^step:` greps
+                out = ray_sink if ray_own else sink
+                out.write(text)
+                out.flush()
+                if VLLM_THROUGHPUT.search(text):  # with Ray's prefix: which replica, on which node
+                    vllm_sink.write(strip_escapes(line))
                     vllm_sink.flush()
                 print(line, end="", flush=True)
                 if not ready.is_set() and REPLICAS_READY.search(line):
@@ -171,19 +177,22 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, waits: Waits,
             say: Callable[[str], None] = print, lock: RunLock | None = None,
-            teardown: Callable[[], None] | None = None) -> int:
+            teardown: Callable[[], None] | None = None, started: Callable[[], None] | None = None) -> int:
     """Run this node's part of the plan; the trainer's exit code on rank 0.
 
     On rank 0 `lock` (logs/<exp>.lock) marks the run in flight from before the Ray head starts
     until Ray is stopped: a second launch of the experiment refuses, status and cleanup find it,
     and what the run starts carries this launcher as its owner. `teardown` runs after Ray is
-    stopped (the caller's: removing the run's sandboxes), also on Ctrl-C and SIGTERM."""
+    stopped (the caller's: removing the run's sandboxes), also on Ctrl-C and SIGTERM. `started` runs once the
+    lock is held, before Ray starts (the caller's: the attempt marker in the logs)."""
     write_files(plan)
     if not plan.node_is_head:
         return join_as_worker(plan, waits, say)
     with sigterm_interrupts(), lock if lock is not None else contextlib.nullcontext():
         if lock is not None:
             lock.update(phase="ray")
+        if started is not None:
+            started()
         start_head(plan, say)
         try:
             wait_for_nodes(f"{plan.head_address}:{head_port(plan)}", plan.nnodes, gpus_per_node, waits, say,
@@ -203,7 +212,15 @@ def execute(plan: LaunchPlan, *, log: Path, vllm_log: Path, gpus_per_node: int, 
                     signal.signal(sig, handler)
 
 
-def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) -> int:
+def ray_ports(plan: LaunchPlan) -> dict[str, object]:
+    """What the lock records of the run's Ray head: its GCS address and the ports it was given."""
+    given = {a.split("=", 1)[0].removeprefix("--"): int(a.split("=", 1)[1]) for a in plan.ray_head.argv
+             if a.split("=", 1)[0] in RAY_HEAD_PORT_FLAGS}
+    return {"gcs": f"{plan.head_address}:{head_port(plan)}", "ports": given}
+
+
+def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None,
+        started: Callable[[], None] | None = None, total_steps: int | None = None) -> int:
     """`rlkit train` with TRAINER=verl: print this node's plan, then execute that same object."""
     from rlkit.config.paths import RunPaths
     from rlkit.config.schema import VerlDevice
@@ -221,5 +238,9 @@ def run(resolved: ResolvedConfig, teardown: Callable[[], None] | None = None) ->
     paths = RunPaths(resolved.path("OUTPUT_DIR") or resolved.root, c.PROJECT_NAME, c.EXP_NAME)
     lock = RunLock(paths.lock, project=c.PROJECT_NAME, exp=c.EXP_NAME, config=str(resolved.config_path),
                    overrides=resolved.public_overrides())
+    lock.data["ray"] = ray_ports(plan)
+    if total_steps is not None:
+        lock.data["total_steps"] = total_steps
     return execute(plan, log=paths.console_log, vllm_log=paths.vllm_log, gpus_per_node=c.GPUS_PER_NODE,
-                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock, teardown=teardown)
+                   waits=Waits(nodes_s=c.NODE_WAIT_S, replicas_s=c.REPLICA_WAIT_S), lock=lock, teardown=teardown,
+                   started=started)

@@ -12,6 +12,8 @@ JSON fields:
   leftovers  folders the run writes that outlive its processes (Ray's session, vLLM's scratch): the
              reaper, or `rlkit cleanup` when the reaper died too, removes them
   total_steps the step the run ends at
+  ray        TRAINER=verl: {"gcs": HOST:PORT, "ports": {flag: port}} of the run's Ray head (a one-machine
+             run's private Ray takes free ports; a cluster head RAY_PORT)
 
 A lock whose pid is gone (same host) or whose heartbeat is older than STALE_S is stale:
 the next run takes it over. A live lock makes a second run of the same EXP_NAME refuse.

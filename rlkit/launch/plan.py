@@ -43,6 +43,38 @@ def is_head_node(head_address: str, ips: set[str] | None = None, node_ip: str = 
     return is_rank0(head_address, node_ip, ips)
 
 
+def private_ray(head_address: str, nnodes: int) -> bool:
+    """A one-machine run (no RAY_HEAD_ADDRESS, one node): its Ray is its own and takes free ports, so
+    two runs train side by side; a cluster's head keeps RAY_PORT, the port its workers are told."""
+    return not head_address and nnodes <= 1
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now (the kernel's pick; Ray binds it a moment later)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+# Ray's head ports with fixed defaults (GCS 6379, client server 10001, dashboard 8265, its agent 52365);
+# its other ports are random already.
+RAY_HEAD_PORT_FLAGS = ("--port", "--ray-client-server-port", "--dashboard-port", "--dashboard-agent-listen-port")
+
+
+def ray_head_ports(head: str, ray_port: int, private: bool) -> dict[str, int]:
+    """The head's fixed ports: free ones for a private Ray (each distinct), else only the GCS's RAY_PORT."""
+    if not private:
+        return {"--port": ray_port}
+    ports: dict[str, int] = {}
+    while len(ports) < len(RAY_HEAD_PORT_FLAGS):
+        port = free_port(head)
+        if port not in ports.values():
+            ports[RAY_HEAD_PORT_FLAGS[len(ports)]] = port
+    return ports
+
+
 def ray_auth_env(shared_dir: Path | None) -> dict[str, str]:
     """Ray >= 2.50 turns token auth on for a new head; a joining node or driver not told so
     fails with InvalidAuthToken. Every Ray process of the run gets the mode, and a
@@ -123,8 +155,9 @@ class LaunchPlan:
 def verl_jsonl(paths: RunPaths) -> Path:
     """Where verl's file logger writes. It truncates its file at every launch, so a resumed run would
     lose its earlier steps: the launcher copies each line into logs/<exp>.jsonl, which it only appends
-    to (`rlkit.launch.cluster.follow_jsonl`)."""
-    return paths.logs / f"{paths.exp}_verl.jsonl"
+    to (`rlkit.launch.cluster.follow_jsonl`). It lives in the run's hydra folder: a file in logs/ would read
+    as a run of its own (`<exp>_verl`) to the dashboard."""
+    return paths.logs / f"{paths.exp}_hydra" / "verl.jsonl"
 
 
 def cpu_env(paths: RunPaths) -> dict[str, str]:
@@ -146,10 +179,13 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
     run_paths = RunPaths(root, c.PROJECT_NAME, c.EXP_NAME)
     ray_env = {**ray_auth_env(resolved.path("SHARED_DIR")), **ray_no_prestart_env(), **(cpu_env(run_paths) if cpu else {})}
     cpus = [f"--num-cpus={CPU_RAY_CPUS}"] if cpu else []
-    ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}", f"--port={c.RAY_PORT}",
+    ports = ray_head_ports(head, c.RAY_PORT, private_ray(c.RAY_HEAD_ADDRESS, c.NNODES) and head_here)
+    gcs_port = ports["--port"]
+    ray_head = Command("ray head", [ray, "start", "--head", f"--node-ip-address={head}",
+                                    *(f"{flag}={port}" for flag, port in ports.items()),
                                     f"--num-gpus={c.GPUS_PER_NODE}", *cpus, "--dashboard-host=127.0.0.1",
                                     "--disable-usage-stats"], ray_env)
-    ray_worker = Command("ray worker", [ray, "start", f"--address={head}:{c.RAY_PORT}", f"--node-ip-address={me}",
+    ray_worker = Command("ray worker", [ray, "start", f"--address={head}:{gcs_port}", f"--node-ip-address={me}",
                                         f"--num-gpus={c.GPUS_PER_NODE}", "--disable-usage-stats", "--block"],
                          ray_env, where="ranks 1..NNODES-1")
     loop_yaml = run_paths.logs / f"{c.EXP_NAME}_agent_loop.yaml"
@@ -164,7 +200,7 @@ def build_plan(resolved: ResolvedConfig, ips: set[str] | None = None) -> LaunchP
         "jsonl": verl_jsonl(run_paths),
     }
     overrides = verl_overrides(c, **paths)
-    env = {**ray_env, "RAY_ADDRESS": f"{head}:{c.RAY_PORT}"}  # (with VERL_DEVICE=cpu: the CPU plugin's too)
+    env = {**ray_env, "RAY_ADDRESS": f"{head}:{gcs_port}"}  # (with VERL_DEVICE=cpu: the CPU plugin's too)
     if "file" in c.LOGGER:
         env["VERL_FILE_LOGGER_PATH"] = str(verl_jsonl(run_paths))
     if c.WANDB_API_KEY and "wandb" in c.LOGGER:

@@ -125,9 +125,36 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-# Sets PR_SET_PDEATHSIG (kept across exec) and then becomes the real command.
-_DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 15); "
-                    "os.execv(sys.argv[1], sys.argv[1:])")
+# A supervisor ahead of the real command, in the server's own session: it runs the command as its child and
+# watches its starter. When the starter process dies (a kill -9 of the trainer, a Ray actor killed with its
+# job), every process of the session goes: SIGTERM, then SIGKILL after OWNER_GRACE_S. A parent-death signal
+# on the server alone was not enough: it is not inherited by vLLM's engine core (forked after it), which
+# outlived its API server, and it fires when the starting *thread* ends, not its process.
+OWNER_GRACE_S = 5.0
+_DIE_WITH_PARENT = f"""import os, signal, subprocess, sys, time  # rlkit.launch.vllm: dies with its starter
+starter, stop = os.getppid(), []
+child = subprocess.Popen(sys.argv[1:])
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+while child.poll() is None and not stop and os.getppid() == starter:
+    time.sleep(0.5)
+if child.poll() is None and not stop:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    end = time.monotonic() + {OWNER_GRACE_S}
+    while child.poll() is None and time.monotonic() < end:
+        time.sleep(0.2)
+    os.killpg(0, signal.SIGKILL)
+if stop:
+    child.send_signal(signal.SIGTERM)
+code = child.wait()
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def die_with_owner(command: list[str]) -> list[str]:
+    """`command` behind the supervisor above (run with `start_new_session=True`: it stops its session)."""
+    return [command[0], "-c", _DIE_WITH_PARENT, *command]
 
 
 # Runs the API server module as `-m` would, after making vLLM's CPU platform keep the start method
@@ -241,8 +268,8 @@ class VllmServer:
         command = self.command()
         if self.config.fork_engine_core:  # `-m <api server>` becomes the program that runs it
             command[1:3] = ["-c", _FORK_ENGINE_CORE]
-        if self.config.die_with_parent and os.uname().sysname == "Linux":
-            command = [command[0], "-c", _DIE_WITH_PARENT, *command]
+        if self.config.die_with_parent:  # no vLLM (engine core included) outlives its starter
+            command = die_with_owner(command)
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=self._env(), start_new_session=True)
         self._pump = threading.Thread(target=self._pump_logs, name="vllm-log", daemon=True)

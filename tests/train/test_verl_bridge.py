@@ -207,3 +207,80 @@ def test_trials_are_filed_under_the_step_verl_sampled_them_for() -> None:
     verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
     assert verl_loop.trial_step({"global_steps": np.int64(3)}, latest_weights=2) == 3  # V1 hands the step over
     assert verl_loop.trial_step({}, latest_weights=2) == 2  # else the newest weight version seen
+
+
+def test_a_length_cut_reaches_the_proxy_as_a_length_stop() -> None:
+    """verl's own vLLM server says "completed" for a length cut; an answer that used its whole max_tokens is
+    "length" to the proxy. rlkit's vllm_http server keeps vLLM's "length" as verl's stop reason."""
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    from rlkit.train.verl_cpu_rollout import stop_reason
+
+    assert verl_loop.finish_reason("completed", 9, {"max_tokens": 9}) == "length"
+    assert verl_loop.finish_reason("completed", 4, {"max_tokens": 9}) == "stop"
+    assert verl_loop.finish_reason("length", 4, {"max_tokens": 9}) == "length"
+    assert verl_loop.finish_reason("completed", 4, {}) == "stop"
+    assert (stop_reason("length"), stop_reason("stop"), stop_reason("abort")) == ("length", "completed", "aborted")
+
+
+def test_validation_samples_are_known_by_verls_flag_not_the_rows_split() -> None:
+    """verl's V1 worker pops the batch's `validate` flag; it lives on in the `trajectory` argument of the
+    worker's `_run_agent_loop`, which awaits the loop's `run()`. A row of the training split run for
+    validation (VAL_FILES = TRAIN_FILES) is still a validation trial."""
+    import inspect
+
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    runner = AgentLoopWorker._run_agent_loop
+    assert runner.__name__ == verl_loop.VERL_RUNNER and "trajectory" in inspect.signature(runner).parameters
+    assert "await agent_loop.run(" in inspect.getsource(runner)
+
+    class Loop:  # the part of RlkitAgentLoop.run that decides, called as verl calls it
+        async def run(self) -> bool | None:
+            return verl_loop.verl_validating()
+
+    async def _run_agent_loop(sampling_params: dict, trajectory: dict) -> bool | None:
+        return await Loop().run()
+
+    assert asyncio.run(_run_agent_loop({}, {"validate": True, "step": 8})) is True
+    assert asyncio.run(_run_agent_loop({}, {"validate": False, "step": 1})) is False
+    assert asyncio.run(Loop().run()) is None  # outside verl's worker: the row's split decides
+
+
+def test_a_verl_launch_marks_its_attempt_so_status_and_the_dashboard_know_its_steps(ws, monkeypatch) -> None:
+    """Once the lock is held the launch writes the attempt marker (from step, total steps: verl's dataloader
+    length when TOTAL_STEPS is 0) before verl's step lines; the dashboard then lists one run, finished at
+    step 3 of 3. The launch itself (Ray, verl) is stood in for: it writes what verl's trainer would."""
+    from rlkit.config.paths import RunPaths
+    from rlkit.config.resolve import resolve
+    from rlkit.launch import cluster
+    from rlkit.monitor.dashboard import RunFolder, run_state
+    from rlkit.train import verl_run
+
+    seen: dict = {}
+
+    def launch(resolved, teardown=None, started=None, total_steps=None) -> int:
+        seen["total_steps"] = total_steps
+        started()
+        paths = RunPaths(ws.root / "out", "proj", "exp")
+        with paths.console_log.open("a") as log:
+            log.writelines(f"step:{s} - critic/score/mean:0.5\n" for s in (1, 2, 3))
+        (paths.trials / "step_1").mkdir(parents=True)
+        return 0
+
+    monkeypatch.setattr(cluster, "run", launch)
+    from rlkit.train import reaper
+
+    monkeypatch.setattr(reaper, "start_reaper", lambda lock: seen.setdefault("reaper", lock))
+    resolved = resolve(ws.config(TRAINER="verl", TOTAL_STEPS=0, TOTAL_EPOCHS=3, TRAIN_BSZ=2, LOGGER="console"),
+                       ws.environ())
+    assert verl_run.train_verl(resolved) == 0
+    assert seen["total_steps"] == 3  # 2 rows // TRAIN_BSZ 2, times 3 epochs
+    assert seen["reaper"] == RunPaths(ws.root / "out", "proj", "exp").lock  # a kill -9 of the launcher is reaped
+    paths = RunPaths(ws.root / "out", "proj", "exp")
+    first = paths.console_log.read_text().splitlines()[0]
+    assert first.startswith("[rlkit] attempt ") and '"total_steps": 3' in first and '"from_step": 0' in first
+    assert not paths.jsonl.exists()  # LOGGER without file: verl writes no JSONL, nor does rlkit
+    assert run_state(paths) == {"state": "finished", "step": 3, "total_steps": 3}
+    assert [(r["exp"], r["project"], r["state"]) for r in RunFolder(ws.root / "out").runs()] == [
+        ("exp", "proj", "finished")]

