@@ -28,7 +28,7 @@ from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
 from rlkit.errors import SandboxError
-from rlkit.sandbox import _tar
+from rlkit.sandbox import _tar, agent_volume
 from rlkit.sandbox._docker_util import (
     GO_MODE_DIR,
     GO_MODE_SYMLINK,
@@ -83,6 +83,7 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         self._container_name: str | None = None
         self._image_user = ""
         self._image_id = ""
+        self._agent_volume: str | None = None  # the agent's read-only volume (opts.agent_mount)
         self.image_profile: ImageProfile | None = None
         self._session: ExecSession | None = None
         task_env_config = kwargs.get("task_env_config")
@@ -141,6 +142,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             kwargs["extra_hosts"] = dict(self.opts.extra_hosts)
         if self._host_mounts:
             kwargs["mounts"] = [docker_mount(m) for m in self._host_mounts]
+        if self._agent_volume is not None and self.opts.agent_mount is not None:
+            kwargs.setdefault("mounts", []).append(agent_volume.docker_mount(self._agent_volume, self.opts.agent_mount))
         if self.opts.exec_session:
             import docker.types
 
@@ -157,6 +160,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         image = self.image_ref()
         await self._ensure_image(image, force_build)
         api = api_client()
+        if self.opts.agent_mount is not None:
+            self._agent_volume = await run_blocking(agent_volume.ensure_agent_volume, api, self.opts.agent_mount)
         self._container_name = self._new_container_name()
         host_config_kwargs = self.host_config_kwargs()
         host_config = api.create_host_config(**host_config_kwargs)
@@ -194,6 +199,15 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
         await self._upload_environment_dir_after_start()
         await self._profile_image()
+        await self._link_agent()
+
+    async def _link_agent(self) -> None:
+        """The mounted agent's links (on PATH), made after the image was profiled: the verifier's profile
+        is the task image's alone. A tar through the Engine API: nothing runs in the sandbox for it."""
+        links = None if self.opts.agent_mount is None else agent_volume.links_tar(self.opts.agent_mount)
+        if links is not None and not await run_blocking(api_client().put_archive, self._require_container(), "/",
+                                                        links):
+            raise SandboxError(f"cannot link the mounted agent in {self._container_name}", session=self.session_id)
 
     async def _profile_image(self) -> None:
         """What the verifier needs to know of the image, probed here (before any agent) once per image."""
