@@ -26,12 +26,55 @@ def test_scaffold_image_names_agree_with_task_image_naming() -> None:
 
 
 def test_layer_copies_the_agent_and_puts_it_on_path() -> None:
+    """AGENT_DELIVERY=bake: the agent's one tree and the links a mounted agent gets at sandbox start."""
+    from rlkit.scaffolds.bake import AGENT_LAYOUT, agent_links
+
     dockerfile = scaffold_layer_dockerfile("rlkit-task/calc:latest", get_scaffold("cc"))
     assert dockerfile.startswith("FROM rlkit-task/calc:latest\n")
-    assert f"COPY --from=rlkit/agent-cc:{CLAUDE_CODE_VERSION} /opt/rlkit-agents/cc /opt/rlkit-agents/cc" in dockerfile
-    assert "ln -sf /opt/rlkit-agents/cc/claude /usr/local/bin/claude" in dockerfile
+    agent = f"rlkit/agent-cc:{CLAUDE_CODE_VERSION}-{AGENT_LAYOUT}"
+    assert f"COPY --from={agent} /opt/rlkit-agents/cc /opt/rlkit-agents/cc" in dockerfile
+    assert "ln -sfn /opt/rlkit-agents/cc/claude /usr/local/bin/claude" in dockerfile
     ohsdk = scaffold_layer_dockerfile("rlkit-task/calc:latest", get_scaffold("ohsdk"))
-    assert "/opt/openhands-sdk-venv /opt/openhands-sdk-venv" in ohsdk and "RUN ldconfig" in ohsdk
+    assert ohsdk.count("COPY") == 1 and "ldconfig" not in ohsdk  # the interpreter finds libpython by $ORIGIN
+    assert "ln -sfn /opt/rlkit-agents/ohsdk/venv /opt/openhands-sdk-venv" in ohsdk
+    assert agent_links(get_scaffold("ohsdk")) == {"/opt/openhands-sdk-venv": "/opt/rlkit-agents/ohsdk/venv"}
+
+
+def test_the_copied_interpreter_finds_libpython_beside_itself(tmp_path: Path) -> None:
+    """The host prefix's lib/ in the interpreter's RUNPATH becomes $ORIGIN/../lib, in place (same length),
+    so the agent's tree runs wherever it is mounted, with no loader configuration in the sandbox."""
+    from rlkit.scaffolds.bake import relocate_runpath
+
+    old = "/root/.pyenv/versions/3.12.1/lib"
+    binary = tmp_path / "python3.12"
+    before = b"\x7fELF...\0libpython3.12.so.1.0\0" + old.encode() + b"\0libc.so.6\0"
+    binary.write_bytes(before)
+    assert relocate_runpath(binary, old)
+    after = binary.read_bytes()
+    assert len(after) == len(before) and b"\0$ORIGIN/../lib\0" in after and old.encode() not in after
+    assert after.endswith(b"\0libc.so.6\0")
+    assert not relocate_runpath(binary, old)  # nothing left to point elsewhere
+
+
+def test_a_new_agent_version_is_a_new_image_and_a_new_volume() -> None:
+    from rlkit.sandbox.agent_volume import volume_name
+    from rlkit.scaffolds.bake import agent_mount
+
+    mount = agent_mount(get_scaffold("oc"))
+    assert mount.image.startswith(f"rlkit/agent-oc:{OPENCODE_VERSION}-")
+    first, rebuilt = volume_name(mount, "sha256:" + "a" * 64), volume_name(mount, "sha256:" + "b" * 64)
+    assert first != rebuilt and first.startswith(f"rlkit-agent-oc-{OPENCODE_VERSION}-")
+    repinned = mount.model_copy(update={"image": "rlkit/agent-oc:9.9.9-m1"})
+    assert volume_name(repinned, "sha256:" + "a" * 64) != first
+
+
+def test_trials_mount_the_agent_by_default_and_bake_on_request() -> None:
+    for name in ("cc", "oc", "ohsdk"):
+        mounted = get_scaffold(name).environment_kwargs("docker")
+        assert mounted["image_variant"] == "latest" and mounted["agent_mount"]["target"] == f"/opt/rlkit-agents/{name}"
+        baked = get_scaffold(name).environment_kwargs("docker", "bake")
+        assert baked["image_variant"] == name and "agent_mount" not in baked
+    assert "agent_mount" not in get_scaffold("terminus").environment_kwargs("docker")
 
 
 def test_the_ohsdk_build_imports_the_sdk_with_the_environment_its_trials_get() -> None:
@@ -231,7 +274,8 @@ def test_two_processes_building_one_agent_take_turns_and_stage_it_once(monkeypat
             f.write("end\n")
 
     monkeypatch.setattr(bake, "CACHE_DIR", tmp_path / "agents")
-    monkeypatch.setattr(bake, "image_exists", lambda ref: built.exists())
+    # Every agent image is built FROM the base image, which is there.
+    monkeypatch.setattr(bake, "image_exists", lambda ref: ref == bake.BASE_IMAGE or built.exists())
     monkeypatch.setattr(bake, "_stage_npm", stage)
     monkeypatch.setattr(bake, "_run", lambda cmd, **kw: built.touch() or "")
     ctx = multiprocessing.get_context("fork")  # the children keep these patches
