@@ -14,8 +14,8 @@ images and the in-container agents' images.
       rlkit-task/<task_id>:<scaffold> instead (stored again for every task)
   rlkit images agents [NAME ...] [--force]
       build the in-container agents' images rlkit/agent-<name>:<version> (default every scaffold
-      baked into images: cc oc ohsdk), one at a time per agent across processes; a task's scaffold
-      layer copies from them
+      in a sandbox: cc oc ohsdk), one at a time per agent across processes; sandboxes mount their
+      tree from one volume each (a baked scaffold layer copies from them)
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Baking agents into sandbox images: once per agent, then a cheap layer per task image.
+"""Agents' images, and baking them into task images (AGENT_DELIVERY=bake; by default the agent's tree is
+mounted from one volume instead: `rlkit.scaffolds.mount`, `rlkit.sandbox.agent_volume`).
 
 1. `build_agent_image(scaffold)` stages the agent on the host (npm / pip reach their
    registries from the host; containers see an intercepting TLS proxy) and builds

@@ -288,3 +288,36 @@ def test_two_processes_building_one_agent_take_turns_and_stage_it_once(monkeypat
     assert events.read_text().split() == ["start", "end"]  # staged once, never two at a time
     logs = sorted((tmp_path / f"log{i}").read_text() for i in range(2))
     assert "up to date" in logs[-1] and "built" in logs[0], logs
+
+
+def test_the_disk_guard_counts_a_mounted_agent_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit test, docker stood in: a mounted agent's volume is checked against docker's free space once,
+    before it is filled; once it exists, no task (however many) is refused for it."""
+    from rlkit.errors import UserError
+    from rlkit.sandbox import agent_volume
+    from rlkit.scaffolds import bake, mount
+
+    gb = bake.GB
+    volumes: list[dict] = []
+    filled: list[str] = []
+
+    class Api:
+        def inspect_image(self, ref: str) -> dict:
+            return {"Id": "sha256:" + "c" * 64}
+
+    monkeypatch.setattr("rlkit.sandbox.docker_api.api_client", lambda **_: Api())
+    monkeypatch.setattr(mount, "build_agent_image", lambda name, **_: f"rlkit/agent-{name}:v-m1")
+    monkeypatch.setattr(mount, "agent_payload_bytes", lambda api, scaffold: int(0.57 * gb))
+    monkeypatch.setattr(agent_volume, "agent_volumes", lambda api, owner_uid=None: volumes)
+    monkeypatch.setattr(agent_volume, "ensure_agent_volume",
+                        lambda api, m: filled.append(m.scaffold) or volumes.append({"Name": "v"}) or "v")
+    monkeypatch.setattr(mount, "docker_free_bytes", lambda api: ("/var/lib/docker", bake.DISK_RESERVE_BYTES))
+    with pytest.raises(UserError, match="no room for the ohsdk agent's volume: it stores 0.57 GiB"):
+        mount.prepare_agent_mount("ohsdk", log=lambda _m: None)
+    monkeypatch.setattr(mount, "docker_free_bytes", lambda api: ("/var/lib/docker", bake.DISK_RESERVE_BYTES + gb))
+    monkeypatch.setattr(agent_volume, "volume_name", lambda m, image_id: "v")
+    first = mount.prepare_agent_mount("ohsdk", log=lambda _m: None)
+    assert first is not None and first.filled and first.payload_bytes == int(0.57 * gb)
+    monkeypatch.setattr(mount, "docker_free_bytes", lambda api: ("/var/lib/docker", 0))  # full now: no matter
+    again = mount.prepare_agent_mount("ohsdk", log=lambda _m: None)
+    assert again is not None and not again.filled
