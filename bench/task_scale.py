@@ -198,13 +198,18 @@ def report(rows: list[dict], ns: list[int]) -> list[str]:
         if "step start" in what or what == "tasks check":
             continue  # a step starts --step sandboxes whatever N; check is per task already
         once = bool(r0.get("once"))
+        flat = slope_s < 0  # a smaller second figure: the first N paid a fixed cost (noise on a shared machine)
+        if flat:
+            slope_s = r1["seconds"] / n1 if len(points) >= 2 else 0.0
+            n0, r0 = n1, r1
         for n in (100, 1000):
             if n in found or n < max(points):
                 continue
             seconds = r0["seconds"] + slope_s * (n - n0)
             size = r0["bytes"] if once else r0["bytes"] + slope_b * (n - n0)
             lines.append(f"{what:<32} {n:>6} {seconds:>9.0f} {seconds / n:>8.2f} {size / GIB:>9.3f} "
-                         f"{size / n / 2**20:>9.2f}  EXTRAPOLATED (slope {slope_s:.2f} s, "
+                         f"{size / n / 2**20:>9.2f}  EXTRAPOLATED (slope {slope_s:.2f} s"
+                         f"{' (the largest N per task: its time fell as N grew)' if flat else ''}, "
                          f"{(0 if once else slope_b) / 2**20:.1f} MiB a task)")
     return lines
 
