@@ -65,6 +65,7 @@ def volume_labels(mount: AgentMount, image_id: str) -> dict[str, str]:
 
 
 _filled: set[str] = set()  # volumes this process saw filled
+_known_ids: dict[str, str] = {}  # agent image reference -> its id, as this process first found it
 _fill_lock = threading.Lock()
 
 
@@ -72,8 +73,12 @@ def ensure_agent_volume(api, mount: AgentMount) -> str:
     """The name of the volume holding `mount.image`'s tree, filled first when there is none."""
     import docker.errors
 
+    known = _known_ids.get(mount.image)  # this process's sandboxes ask docker once (a new process, once more)
+    if known is not None and volume_name(mount, known) in _filled:
+        return volume_name(mount, known)
     try:
         image_id = api.inspect_image(mount.image)["Id"]
+        _known_ids[mount.image] = image_id
     except docker.errors.ImageNotFound:
         raise SandboxError(f"agent image {mount.image} is not on this docker host", image=mount.image,
                            fix=f"build it: rlkit images agents {mount.scaffold}") from None

@@ -84,6 +84,7 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         self._image_user = ""
         self._image_id = ""
         self._agent_volume: str | None = None  # the agent's read-only volume (opts.agent_mount)
+        self._linked = False  # its links are in (before start, when the image's profile was cached)
         self.image_profile: ImageProfile | None = None
         self._session: ExecSession | None = None
         task_env_config = kwargs.get("task_env_config")
@@ -184,12 +185,19 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         try:
             # The trial's log dirs go in before start (no exec round trip, no race with the first exec).
             log_dirs = self._log_dirs_tar()
-            if log_dirs is not None:
-                await run_blocking(api.put_archive, self._container_id, "/", log_dirs)
+            # With the image's profile known already (no probe will run), the agent's links go in now too, beside
+            # the session's attach: no round trip after start.
+            links = self._early_links()
+            putting = [run_blocking(api.put_archive, self._container_id, "/", tar) for tar in (log_dirs, links) if tar]
             if session:  # attach before start so the shell's hello line is not missed
-                attached = await run_blocking(api.attach_socket, self._container_id,
-                                              params={"stdin": 1, "stdout": 1, "stream": 1})
+                *put, attached = await asyncio.gather(*putting, run_blocking(
+                    api.attach_socket, self._container_id, params={"stdin": 1, "stdout": 1, "stream": 1}))
                 self._session = ExecSession(attached)
+            else:
+                put = await asyncio.gather(*putting)
+            if links is not None and not put[-1]:
+                raise SandboxError("the mounted agent's links were refused", session=self.session_id)
+            self._linked = links is not None
             await run_blocking(api.start, self._container_id)
         except asyncio.CancelledError:
             await asyncio.shield(self._remove_quietly())
@@ -201,10 +209,19 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         await self._profile_image()
         await self._link_agent()
 
+    def _early_links(self) -> bytes | None:
+        """The agent's links as a tar, when they may go in before start: the image's profile is cached, so
+        nothing probes the sandbox with the links in it."""
+        from rlkit.sandbox.tamper.profile import cached
+
+        if self.opts.agent_mount is None or cached(self._image_id) is None:
+            return None
+        return agent_volume.links_tar(self.opts.agent_mount)
+
     async def _link_agent(self) -> None:
         """The mounted agent's links (on PATH), made after the image was profiled: the verifier's profile
         is the task image's alone. A tar through the Engine API: nothing runs in the sandbox for it."""
-        links = None if self.opts.agent_mount is None else agent_volume.links_tar(self.opts.agent_mount)
+        links = None if self.opts.agent_mount is None or self._linked else agent_volume.links_tar(self.opts.agent_mount)
         if links is not None and not await run_blocking(api_client().put_archive, self._require_container(), "/",
                                                         links):
             raise SandboxError(f"cannot link the mounted agent in {self._container_name}", session=self.session_id)

@@ -126,6 +126,7 @@ def test_a_new_agent_image_fills_a_new_volume_and_cleanup_takes_the_old_one(cc_i
             # A rebuilt agent: same tag, another id.
             subprocess.run(["docker", "build", "-q", "-t", tag, "--label", f"rebuilt={uuid.uuid4().hex}", "-"],
                            input=f"FROM {cc_image}\n", text=True, check=True, capture_output=True)
+            patch.setattr(agent_volume, "_known_ids", {})  # the next process (a run, a command) looks again
             second = agent_volume.ensure_agent_volume(docker_api, mount)
             assert second != first
             other = CleanupReport()
