@@ -37,6 +37,7 @@ class PassSettings:
     attempts: int = 4  # -k: attempts per task
     out: str | Path | None = None  # default rollouts/<index stem> (eval: evals/<index stem>)
     scaffold: str | None = None  # cc | ohsdk | oc | terminus (default terminus)
+    agent_delivery: str | None = None  # auto | mount | bake: the in-container agent mounted or baked (AGENT_DELIVERY)
     backend: str | None = None  # docker | k8s (default docker)
     max_sandboxes: int | None = None  # trials at once (default 4)
     project: str | None = None  # harbor_trials/<project>/... (default "rollout")
@@ -63,6 +64,7 @@ class PassSettings:
         c = resolved.config if resolved is not None else None
         taken = {
             "scaffold": str(c.SCAFFOLD) if c else "terminus", "backend": str(c.BACKEND) if c else "docker",
+            "agent_delivery": str(c.AGENT_DELIVERY) if c else "auto",
             "max_sandboxes": c.MAX_SANDBOXES if c else 4, "project": (c.PROJECT_NAME or None) if c else None,
             "tool_call_parser": str(c.TOOL_CALL_PARSER) if c else "qwen3_coder",
             "max_resp": c.MAX_RESP if c else 170000,
@@ -135,7 +137,8 @@ def engine_for(s: PassSettings, agent: str, stack: Any, trials_root: Path, exper
     from rlkit.rollout.engine import EngineConfig, RolloutEngine
 
     config = EngineConfig(
-        scaffold=s.scaffold, backend=s.backend, agent=agent, n_resp=s.attempts,
+        scaffold=s.scaffold, backend=s.backend, agent_delivery=s.agent_delivery or "auto", agent=agent,
+        n_resp=s.attempts,
         max_sandboxes=s.max_sandboxes, project=s.project, experiment=experiment, trials_root=trials_root,
         model_name=getattr(stack, "model_name", None), proxy_url=getattr(stack, "proxy_url", None),
         agent_timeout_sec=s.agent_timeout, verifier_timeout_sec=s.verifier_timeout,

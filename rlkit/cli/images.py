@@ -6,14 +6,16 @@ images and the in-container agents' images.
   rlkit images base [--force] [--mirror URL]
       build rlkit/base:bookworm with mmdebstrap + docker import (skipped when an image
       with the same recipe hash exists)
-  rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force] [--scaffold NAME]
+  rlkit images build [TASKS_DIR|INDEX.parquet] [--registry R] [--push] [--force] [--scaffold NAME [--bake]]
       build rlkit-task/<task_id>:latest from each task's environment/Dockerfile (reused while
       the hash of environment/ matches, also tagged :src-<hash>);
-      --scaffold bakes that agent (cc|ohsdk|oc) on top as rlkit-task/<task_id>:<scaffold>
+      --scaffold makes that agent's (cc|ohsdk|oc) image and the one read-only volume every sandbox
+      mounts it from; with --bake (AGENT_DELIVERY=bake) it is baked on top of each task image as
+      rlkit-task/<task_id>:<scaffold> instead (stored again for every task)
   rlkit images agents [NAME ...] [--force]
       build the in-container agents' images rlkit/agent-<name>:<version> (default every scaffold
-      baked into images: cc oc ohsdk), one at a time per agent across processes; a task's scaffold
-      layer copies from them
+      in a sandbox: cc oc ohsdk), one at a time per agent across processes; sandboxes mount their
+      tree from one volume each (a baked scaffold layer copies from them)
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ def _build(argv: list[str]) -> int:
     parser.add_argument("--push", action="store_true", help="push each built image to --registry")
     parser.add_argument("--force", action="store_true", help="rebuild images even when their sources are unchanged")
     parser.add_argument("--no-base", action="store_true", help="do not ensure rlkit/base:bookworm first")
-    parser.add_argument("--scaffold", help="bake this agent scaffold (cc|ohsdk|oc|terminus) on top of each image")
+    parser.add_argument("--scaffold", help="prepare this agent scaffold (cc|ohsdk|oc|terminus): its image and the "
+                        "volume every sandbox mounts it from")
+    parser.add_argument("--bake", action="store_true", help="with --scaffold: bake the agent on top of each task "
+                        "image instead (AGENT_DELIVERY=bake)")
     args = parser.parse_args(argv)
     if args.push and not args.registry:
         from rlkit.errors import UserError
@@ -69,7 +74,11 @@ def _build(argv: list[str]) -> int:
     if not args.no_base and any(spec.dockerfile and not spec.prebuilt for spec in specs):
         ensure_base_image(log=lambda msg: print(msg, file=sys.stderr))
     layer = None
-    if args.scaffold:
+    if args.scaffold and not args.bake:
+        from rlkit.scaffolds.mount import prepare_agent_mount
+
+        prepare_agent_mount(args.scaffold, push=args.push, log=lambda msg: print(msg, file=sys.stderr))
+    elif args.scaffold:
         from rlkit.scaffolds.bake import scaffold_layer
 
         layer = scaffold_layer(args.scaffold, force=args.force, push=args.push,

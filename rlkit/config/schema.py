@@ -49,6 +49,12 @@ class Backend(StrEnum):
     DOCKER = "docker"
 
 
+class AgentDelivery(StrEnum):
+    AUTO = "auto"
+    MOUNT = "mount"
+    BAKE = "bake"
+
+
 class TrainingMode(StrEnum):
     ASYNC = "async"
     SYNC = "sync"
@@ -177,6 +183,12 @@ class RunConfig(BaseModel):
     EXP_NAME: str = key("", "Experiment name; pick it before launching, artifacts are keyed by it.", R)
     SCAFFOLD: Scaffold = key(Scaffold.TERMINUS, "Agent scaffold: cc | ohsdk | oc | terminus.", R, strict=True)
     BACKEND: Backend = key(Backend.DOCKER, "Sandbox backend: k8s | docker.", R, S, strict=True)
+    AGENT_DELIVERY: AgentDelivery = key(
+        AgentDelivery.AUTO, "How an in-container agent (cc, oc, ohsdk) reaches each task's sandbox: mount (its "
+        "image's tree read-only, stored once: a docker volume; on k8s an image volume where the API server "
+        "has them, else an init container filling an emptyDir) | bake (a layer on every task image, stored "
+        "once a task: `rlkit images build --scaffold`) | auto (mount; `rlkit check` names what k8s gets).",
+        R, S, strict=True)
     TRAINING_MODE: TrainingMode = key(TrainingMode.SYNC, "sync colocates rollout and training; async separates them.", R)
     MODEL_ENGINE: ModelEngine = key(ModelEngine.FSDP, "Training engine: veomni for MoE models, fsdp for dense.", R)
     ALGORITHM: Algorithm = key(Algorithm.GRPO, "RL algorithm: ppo | grpo | gspo.", R)

@@ -26,7 +26,7 @@ from rlkit.sandbox import labels as L
 
 @dataclass
 class Removed:
-    kind: str  # container | pod | process | tmp | lock
+    kind: str  # container | pod | volume | process | tmp | lock
     name: str
     detail: str = ""
 
@@ -124,6 +124,32 @@ def clean_docker(report: CleanupReport, project: str | None, experiment: str | N
                 report.errors.append(f"container {name}: {exc.explanation or exc}")
                 continue
         report.removed.append(Removed("container", name, detail))
+
+
+def clean_agent_volumes(report: CleanupReport, project: str | None, policy: Policy | None = None) -> None:
+    """Agent volumes (rlkit.sandbox.agent_volume) no agent image names any more: the agent was rebuilt or
+    re-pinned (a new volume took over) or its image was removed. The current volume of each agent image
+    stays; one a container still mounts stays too (docker refuses, and says so). This uid's only, unless
+    other_users; with a project, only those that project's processes filled."""
+    import docker.errors
+
+    from rlkit.config.owner import uid
+    from rlkit.sandbox.agent_volume import stale_agent_volumes
+    from rlkit.sandbox.docker_api import api_client
+
+    policy = policy or Policy()
+    api = api_client()
+    for name in stale_agent_volumes(api, None if policy.other_users else str(uid()), project):
+        detail = "no agent image names it any more"
+        if not report.dry_run:
+            try:
+                api.remove_volume(name)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as exc:
+                report.kept.append(Removed("volume", name, f"{detail}; in use ({exc.explanation or exc})"))
+                continue
+        report.removed.append(Removed("volume", name, detail))
 
 
 # ---- kubernetes -----------------------------------------------------------------------------------
@@ -249,6 +275,8 @@ def cleanup(project: str | None = None, experiment: str | None = None, *, dry_ru
     # No daemon answering means no containers to clean; never start one just for cleanup.
     if docker and dockerd_answers():
         clean_docker(report, project, experiment, policy)
+        if not experiment:  # a run's teardown leaves the agent volumes to the next run
+            clean_agent_volumes(report, project, policy)
     if k8s_configured() if k8s is None else k8s:
         try:
             clean_k8s(report, project, experiment, namespace=namespace, policy=policy)

@@ -46,6 +46,8 @@ class EngineConfig(BaseModel):
 
     scaffold: str = Field(default="terminus", description="scaffold name (agent='model' only)")
     backend: str = Field(default="docker", description="sandbox backend: docker | k8s")
+    agent_delivery: str = Field(default="auto", description="an in-container agent mounted (auto, mount) or "
+                                "baked into each task image (bake): AGENT_DELIVERY")
     agent: Literal["model", "oracle", "nop"] = Field(
         default="model", description="model: the policy through scaffold + proxy; oracle/nop: harbor's references")
     n_resp: int = Field(default=1, ge=1, description="trials per index row (N_RESP)")
@@ -81,6 +83,7 @@ class EngineConfig(BaseModel):
         output = Path(cfg.OUTPUT_DIR).expanduser()
         values: dict[str, Any] = {
             "scaffold": str(cfg.SCAFFOLD), "backend": str(cfg.BACKEND), "n_resp": cfg.N_RESP,
+            "agent_delivery": str(cfg.AGENT_DELIVERY),
             "max_sandboxes": cfg.MAX_SANDBOXES, "project": cfg.PROJECT_NAME or "default",
             "experiment": cfg.EXP_NAME or "default", "trials_root": output / TRIALS_DIR,
             "model_name": model_name, "proxy_url": proxy_url, "max_response_tokens": cfg.MAX_RESP,
@@ -194,7 +197,7 @@ class RolloutEngine:
 
             run = ScaffoldRun(session=session, model=str(cfg.model_name), proxy_url=str(cfg.proxy_url),
                               max_turns=cfg.max_turns, temperature=cfg.temperature)
-            fields = get_scaffold(cfg.scaffold).trial_fields(run, cfg.backend)
+            fields = get_scaffold(cfg.scaffold).trial_fields(run, cfg.backend, cfg.agent_delivery)
         else:
             fields = {"agent": cfg.agent, "backend": cfg.backend, "environment_kwargs": {}}
         env = {**fields["environment_kwargs"], **cfg.environment_kwargs}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from harbor.environments.options import EnvironmentOptions
 from pydantic import Field
 
+from rlkit.sandbox.agent_volume import AgentMount
 from rlkit.sandbox.labels import SandboxLabels
 
 
@@ -26,6 +27,8 @@ class SandboxIdentityOptions(EnvironmentOptions):
                                  "caller names the image with it")
     image_variant: str = Field("latest", description="task image tag; a scaffold name for baked-agent layers "
                                "(the caller names the image with it)")
+    agent_mount: AgentMount | None = Field(None, description="an agent mounted read-only from its own image "
+                                           "(the task image stays as it is)")
     project: str | None = Field(None, description="label rlkit.project (default $RLKIT_PROJECT)")
     experiment: str | None = Field(None, description="label rlkit.experiment (default $RLKIT_EXPERIMENT)")
     step: str | int | None = Field(None, description="label rlkit.step (default $RLKIT_STEP)")

@@ -29,7 +29,7 @@ from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
 from rlkit.errors import SandboxError
-from rlkit.sandbox import _tar
+from rlkit.sandbox import _tar, agent_volume
 from rlkit.sandbox._docker_util import (
     GO_MODE_DIR,
     GO_MODE_SYMLINK,
@@ -85,6 +85,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         self._container_name: str | None = None
         self._image_user = ""
         self._image_id = ""
+        self._agent_volume: str | None = None  # the agent's read-only volume (opts.agent_mount)
+        self._linked = False  # its links are in (before start, when the image's profile was cached)
         self.image_profile: ImageProfile | None = None
         self._session: ExecSession | None = None
         task_env_config = kwargs.get("task_env_config")
@@ -143,6 +145,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
             kwargs["extra_hosts"] = dict(self.opts.extra_hosts)
         if self._host_mounts:
             kwargs["mounts"] = [docker_mount(m) for m in self._host_mounts]
+        if self._agent_volume is not None and self.opts.agent_mount is not None:
+            kwargs.setdefault("mounts", []).append(agent_volume.docker_mount(self._agent_volume, self.opts.agent_mount))
         if self.opts.exec_session:
             import docker.types
 
@@ -161,6 +165,7 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         await self._create_and_start(image)
         await self._upload_environment_dir_after_start()
         await self._profile_image()
+        await self._link_agent()
 
     async def clean_copy(self) -> DockerEnvironment:
         """A new container from the exact image this one runs (its id), with this one's settings and
@@ -171,7 +176,10 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         # the task's own network, not the agent's way to its model (host networking to a loopback proxy)
         baseline = self.task_env_config.resolve_baseline().network_mode
         network = "none" if baseline == NetworkMode.NO_NETWORK else self.network_mode()
-        clone.opts = self.opts.model_copy(update={"network": "bridge" if network == "host" else network})
+        # no agent: the grading container mounts and links nothing of it
+        clone.opts = self.opts.model_copy(update={"network": "bridge" if network == "host" else network,
+                                                  "agent_mount": None})
+        clone._agent_volume, clone._linked = None, False
         verifier_dir = str(EnvironmentPaths.for_os(self.os).verifier_dir)
         clone._host_mounts = [m for m in self._host_mounts if str(m["target"]) == verifier_dir]
         await clone._create_and_start(self._image_id or self.image_ref(), suffix="-grade")
@@ -179,6 +187,8 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
 
     async def _create_and_start(self, image: str, suffix: str = "") -> None:
         api = api_client()
+        if self.opts.agent_mount is not None:
+            self._agent_volume = await run_blocking(agent_volume.ensure_agent_volume, api, self.opts.agent_mount)
         self._container_name = self._new_container_name() + suffix
         host_config_kwargs = self.host_config_kwargs()
         host_config = api.create_host_config(**host_config_kwargs)
@@ -201,12 +211,19 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         try:
             # The trial's log dirs go in before start (no exec round trip, no race with the first exec).
             log_dirs = self._log_dirs_tar()
-            if log_dirs is not None:
-                await run_blocking(api.put_archive, self._container_id, "/", log_dirs)
+            # With the image's profile known already (no probe will run), the agent's links go in now too, beside
+            # the session's attach: no round trip after start.
+            links = self._early_links()
+            putting = [run_blocking(api.put_archive, self._container_id, "/", tar) for tar in (log_dirs, links) if tar]
             if session:  # attach before start so the shell's hello line is not missed
-                attached = await run_blocking(api.attach_socket, self._container_id,
-                                              params={"stdin": 1, "stdout": 1, "stream": 1})
+                *put, attached = await asyncio.gather(*putting, run_blocking(
+                    api.attach_socket, self._container_id, params={"stdin": 1, "stdout": 1, "stream": 1}))
                 self._session = ExecSession(attached)
+            else:
+                put = await asyncio.gather(*putting)
+            if links is not None and not put[-1]:
+                raise SandboxError("the mounted agent's links were refused", session=self.session_id)
+            self._linked = links is not None
             await run_blocking(api.start, self._container_id)
         except asyncio.CancelledError:
             await asyncio.shield(self._remove_quietly())
@@ -214,6 +231,23 @@ class DockerEnvironment(SandboxIdentity, BaseEnvironment):
         except Exception as exc:
             await self._remove_quietly()
             raise SandboxError(f"cannot start container {self._container_name}: {exc}", image=image) from exc
+
+    def _early_links(self) -> bytes | None:
+        """The agent's links as a tar, when they may go in before start: the image's profile is cached, so
+        nothing probes the sandbox with the links in it."""
+        from rlkit.sandbox.tamper.profile import cached
+
+        if self.opts.agent_mount is None or cached(self._image_id) is None:
+            return None
+        return agent_volume.links_tar(self.opts.agent_mount)
+
+    async def _link_agent(self) -> None:
+        """The mounted agent's links (on PATH), made after the image was profiled: the verifier's profile
+        is the task image's alone. A tar through the Engine API: nothing runs in the sandbox for it."""
+        links = None if self.opts.agent_mount is None or self._linked else agent_volume.links_tar(self.opts.agent_mount)
+        if links is not None and not await run_blocking(api_client().put_archive, self._require_container(), "/",
+                                                        links):
+            raise SandboxError(f"cannot link the mounted agent in {self._container_name}", session=self.session_id)
 
     async def _profile_image(self) -> None:
         """What the verifier needs to know of the image, probed here (before any agent) once per image."""

@@ -25,7 +25,7 @@ from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
 from rlkit.errors import SandboxError, UserError
-from rlkit.sandbox import _tar, is_loopback
+from rlkit.sandbox import _tar, agent_volume, is_loopback
 from rlkit.sandbox import k8s_spec as spec
 from rlkit.sandbox._identity import SandboxIdentity, SandboxIdentityOptions
 from rlkit.sandbox.pool import run_blocking
@@ -149,6 +149,7 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
         self._pod_exec = pod_exec
         self._pod: str | None = None
         self._image_id = ""
+        self._agent_delivery = ""  # image-volume | init-container, once chosen for opts.agent_mount
         self.image_profile: ImageProfile | None = None
         task_env_config = kwargs.get("task_env_config")
         if kwargs.get("network_policy") is None and task_env_config is not None:
@@ -248,12 +249,31 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
                            if self.network_policy.network_mode == NetworkMode.ALLOWLIST else ()),
             service_account=self.opts.service_account, image_pull_secrets=tuple(self.opts.image_pull_secrets),
             node_selector=self.opts.node_selector, tolerations=tuple(self.opts.tolerations),
-            active_deadline_sec=self.opts.active_deadline_sec))
+            active_deadline_sec=self.opts.active_deadline_sec, agent=self._agent_parts()))
+
+    def _agent_parts(self) -> dict:
+        mount = self.opts.agent_mount
+        if mount is None:
+            return {}
+        delivery = mount.k8s if mount.k8s != "auto" else self._agent_delivery or "init-container"
+        return agent_volume.pod_agent_parts(mount, delivery, self.opts.pull_policy)
+
+    def agent_delivery(self) -> str:
+        """How this backend gets the mounted agent into pods (the API server is asked once a process)."""
+        mount = self.opts.agent_mount
+        if mount is None:
+            return ""
+        if mount.k8s != "auto":
+            return mount.k8s
+        choice, _why = agent_volume.k8s_agent_delivery(self.core_api, self.opts.namespace, mount.image)
+        return choice
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def start(self, force_build: bool) -> None:
         core_api = self.core_api  # a missing cluster config is the user's to fix, not a retryable error
         name = spec.pod_name(self.session_id, uuid.uuid4().hex[:6])
+        if self.opts.agent_mount is not None and not self._agent_delivery:
+            self._agent_delivery = await run_blocking(self.agent_delivery)
         manifest = self.pod_manifest(name)
         network = manifest["metadata"]["labels"].get(spec.NETWORK_LABEL)
         if network == "none":
@@ -277,6 +297,16 @@ class KubernetesEnvironment(SandboxIdentity, BaseEnvironment):
             raise
         await self._upload_environment_dir_after_start()
         await self._profile_image()
+        await self._link_agent()
+
+    async def _link_agent(self) -> None:
+        """The mounted agent's links, made after the image was profiled (the profile is the image's alone)."""
+        if self.opts.agent_mount is None or not self.opts.agent_mount.links:
+            return
+        script = agent_volume.links_script(self.opts.agent_mount, ln=self._tool("ln"), mkdir=self._tool("mkdir"))
+        result = await self.exec(script, user="root", timeout_sec=60)
+        if result.return_code != 0:
+            raise SandboxError(f"cannot link the mounted agent in pod {self._pod}: {result.stderr}", pod=self._pod)
 
     async def _profile_image(self) -> None:
         """What the verifier needs to know of the image, probed here (before any agent) once per image.

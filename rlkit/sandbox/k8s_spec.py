@@ -92,6 +92,9 @@ class PodSpecInput:
     tolerations: tuple[dict, ...] = ()
     active_deadline_sec: int | None = None
     hostname: str | None = None  # the pod's hostname (rlkit.sandbox._identity.sandbox_hostname); None: its name
+    # The mounted agent (rlkit.sandbox.agent_volume.pod_agent_parts): volumes, the main container's
+    # volumeMounts, initContainers.
+    agent: dict = field(default_factory=dict)
 
 
 def build_pod_manifest(spec: PodSpecInput) -> dict:
@@ -122,6 +125,11 @@ def build_pod_manifest(spec: PodSpecInput) -> dict:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }
+    if spec.agent.get("volumeMounts"):
+        container["volumeMounts"] = list(spec.agent["volumeMounts"])
+        pod_spec["volumes"] = list(spec.agent["volumes"])
+    if spec.agent.get("initContainers"):
+        pod_spec["initContainers"] = list(spec.agent["initContainers"])
     if spec.hostname:  # as on docker: one task's pods show the agent the same prompt
         pod_spec["hostname"] = spec.hostname
     if spec.service_account:

@@ -1,4 +1,5 @@
-"""Baking agents into sandbox images: once per agent, then a cheap layer per task image.
+"""Agents' images, and baking them into task images (AGENT_DELIVERY=bake; by default the agent's tree is
+mounted from one volume instead: `rlkit.scaffolds.mount`, `rlkit.sandbox.agent_volume`).
 
 1. `build_agent_image(scaffold)` stages the agent on the host (npm / pip reach their
    registries from the host; containers see an intercepting TLS proxy) and builds
@@ -42,10 +43,14 @@ _CHECKOUT = Path(__file__).resolve().parents[2]
 CACHE_DIR = _CHECKOUT / ".rlkit" / "cache" / "agents"
 _UV = _CHECKOUT / ".rlkit" / "uv" / "bin" / "uv"  # scripts/setup.sh installs it
 _UV_ARGS = _CHECKOUT / "scripts" / "uv_args.py"  # pip's indexes, find-links and constraints, as uv flags
-OHSDK_VENV = "/opt/openhands-sdk-venv"
-_PYTHON_LDCONF = "/etc/ld.so.conf.d/rlkit-agents-python.conf"
+OHSDK_VENV = "/opt/openhands-sdk-venv"  # where harbor's agent looks: a link to the venv inside the agent's tree
 AGENT_LABEL = "rlkit.agent-image"  # on a task's scaffold layer: the id of the agent image it copied
-_OHSDK_SITE = f"{OHSDK_VENV}/lib/python3.12/site-packages"
+# The agent images' layout: every file under /opt/rlkit-agents/<scaffold> (one tree, mountable as one
+# volume), FROM the base image (its cp fills a kubernetes emptyDir). Part of the tag: a new layout is a
+# new image beside the old one.
+AGENT_LAYOUT = "m1"
+_OHSDK_ROOT = f"{AGENTS_ROOT}/ohsdk"
+_OHSDK_SITE = f"{_OHSDK_ROOT}/venv/lib/python3.12/site-packages"
 # What harbor's openhands_sdk_runner.py imports: their bytecode is written at build time, so no trial
 # compiles them. The agent and its LLM client import submodules lazily; those two are compiled whole.
 _OHSDK_RUNNER_IMPORTS = ("openhands.sdk", "openhands.sdk.context", "openhands.sdk.event",
@@ -72,9 +77,29 @@ def _agent_version(scaffold: Scaffold) -> str:
         raise UserError(f"scaffold {scaffold.name!r} is not baked into images",
                         fix="it runs on the host; use the task image as it is")
     if recipe.npm_version:
-        return recipe.npm_version
+        return f"{recipe.npm_version}-{AGENT_LAYOUT}"
     pins = [r.split("==", 1)[1] for r in recipe.pip_requirements if "==" in r]
-    return pins[0] if pins else "latest"
+    return f"{pins[0] if pins else 'latest'}-{AGENT_LAYOUT}"
+
+
+def agent_links(scaffold: Scaffold) -> dict[str, str]:
+    """Absolute link -> absolute target that put the agent where harbor's classes look: its commands
+    in /usr/local/bin (on a login shell's PATH too), the ohsdk venv at /opt/openhands-sdk-venv."""
+    recipe = scaffold.image_recipe
+    assert recipe is not None
+    root = f"{AGENTS_ROOT}/{scaffold.name}"
+    links = {f"/usr/local/bin/{name}": f"{root}/{target}" for name, target in recipe.links.items()}
+    if recipe.pip_requirements:
+        links[OHSDK_VENV] = f"{root}/venv"
+    return links
+
+
+def agent_mount(scaffold: Scaffold, k8s: str = "auto"):
+    """What a sandbox mounts instead of a baked layer (rlkit.sandbox.agent_volume.AgentMount)."""
+    from rlkit.sandbox.agent_volume import AgentMount
+
+    return AgentMount(image=agent_image_ref(scaffold), scaffold=scaffold.name,
+                      target=f"{AGENTS_ROOT}/{scaffold.name}", links=agent_links(scaffold), k8s=k8s)
 
 
 def _run(cmd: list[str], *, cwd: Path | None = None, what: str, env: dict[str, str] | None = None) -> str:
@@ -168,26 +193,43 @@ def _stage_ohsdk(scaffold: Scaffold, stage: Path, log: Log) -> None:
     shutil.copytree(python_prefix, stage / "python", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
                                                   "turtledemo", "*.a"))
+    relocate_runpath(stage / "python" / "bin" / "python3.12", str(python_prefix / "lib"))
     shutil.copytree(site, stage / "site", symlinks=True, ignore=shutil.ignore_patterns(".complete", "__pycache__"))
 
 
+ORIGIN_LIB = b"$ORIGIN/../lib"
+
+
+def relocate_runpath(binary: Path, old_lib: str) -> bool:
+    """Point the copied interpreter's RUNPATH (the host prefix's lib/) at `$ORIGIN/../lib`, in place, so
+    it finds libpython wherever its tree is mounted: no loader configuration in the sandbox (which the
+    verifier would have to judge). False where the binary names no such RUNPATH (nothing to do)."""
+    data = binary.read_bytes()
+    needle = b"\0" + old_lib.encode() + b"\0"
+    if data.count(needle) != 1 or len(old_lib) < len(ORIGIN_LIB):
+        return False
+    padded = b"\0" + ORIGIN_LIB + b"\0" * (len(needle) - len(ORIGIN_LIB) - 1)
+    binary.write_bytes(data.replace(needle, padded))
+    return True
+
+
 def _dockerfile_npm(scaffold: Scaffold) -> str:
-    return f"FROM scratch\nCOPY {scaffold.name} {AGENTS_ROOT}/{scaffold.name}\n"
+    return f"FROM {BASE_IMAGE}\nCOPY {scaffold.name} {AGENTS_ROOT}/{scaffold.name}\n"
 
 
 def _dockerfile_ohsdk(scaffold: Scaffold) -> str:
     recipe = scaffold.image_recipe
     assert recipe is not None
-    python = f"{AGENTS_ROOT}/{scaffold.name}/python"
+    python = f"{_OHSDK_ROOT}/python"
     env = " ".join(f"{key}={value}" for key, value in recipe.offline_env.items())
     whole = " ".join(f"{_OHSDK_SITE}/{package}" for package in _OHSDK_COMPILED_WHOLE)
     return (
         f"FROM {BASE_IMAGE}\n"
         f"COPY python {python}\n"
         f"COPY site {_OHSDK_SITE}\n"
-        # The copied interpreter looks for libpython at the host's prefix; tell ld.so.
-        f"RUN echo {python}/lib > {_PYTHON_LDCONF} && ldconfig \\\n"
-        f" && {python}/bin/python3.12 -m venv --without-pip {OHSDK_VENV} \\\n"
+        # The venv lives in the agent's tree (one volume); /opt/openhands-sdk-venv links to it, as in trials.
+        f"RUN {python}/bin/python3.12 -m venv --without-pip {_OHSDK_ROOT}/venv \\\n"
+        f" && ln -s {_OHSDK_ROOT}/venv {OHSDK_VENV} \\\n"
         f" && {OHSDK_VENV}/bin/python -m compileall -q -j 0 {whole} \\\n"
         # As trials run it, offline (litellm's import otherwise spends 3 s retrying a price-list
         # download); the import writes the bytecode of everything else a trial imports.
@@ -218,12 +260,12 @@ def _build_agent_image(scaffold: Scaffold, ref: str, log: Log) -> str:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"rlkit-agent-{name}-") as tmp:
         ctx = Path(tmp)
+        if not image_exists(BASE_IMAGE):
+            raise UserError(f"{BASE_IMAGE} is missing", fix="run `rlkit images base` first")
         if recipe.npm_package:
             _stage_npm(scaffold, ctx, log)
             dockerfile = _dockerfile_npm(scaffold)
         else:
-            if not image_exists(BASE_IMAGE):
-                raise UserError(f"{BASE_IMAGE} is missing", fix="run `rlkit images base` first")
             _stage_ohsdk(scaffold, ctx, log)
             dockerfile = _dockerfile_ohsdk(scaffold)
         (ctx / "Dockerfile").write_text(dockerfile)
@@ -235,17 +277,13 @@ def _build_agent_image(scaffold: Scaffold, ref: str, log: Log) -> str:
 
 
 def scaffold_layer_dockerfile(task_image: str, scaffold: Scaffold, agent_id: str = "") -> str:
-    """The per-task layer: copy the baked agent in, put it on PATH."""
+    """The per-task layer (AGENT_DELIVERY=bake): copy the agent's tree in, make the links a mounted agent
+    gets at sandbox start."""
     agent = agent_image_ref(scaffold)
     root = f"{AGENTS_ROOT}/{scaffold.name}"
     lines = [f"FROM {task_image}", f"COPY --from={agent} {root} {root}"]
-    recipe = scaffold.image_recipe
-    assert recipe is not None
-    if recipe.pip_requirements:
-        lines.append(f"COPY --from={agent} {OHSDK_VENV} {OHSDK_VENV}")
-        lines.append(f"COPY --from={agent} {_PYTHON_LDCONF} {_PYTHON_LDCONF}")
-        lines.append("RUN ldconfig")
-    links = [f"ln -sf {root}/{target} /usr/local/bin/{name}" for name, target in recipe.links.items()]
+    links = [f"mkdir -p {os.path.dirname(path)} && ln -sfn {target} {path}"
+             for path, target in agent_links(scaffold).items()]
     if links:
         lines.append("RUN " + " && ".join(links))
     lines.append(f"LABEL rlkit.scaffold={scaffold.name}" + (f" {AGENT_LABEL}={agent_id}" if agent_id else ""))
@@ -285,7 +323,7 @@ def agent_payload_bytes(api, scaffold: Scaffold) -> int | None:
     if agent is None:
         return None
     recipe = scaffold.image_recipe
-    on_base = recipe is not None and bool(recipe.pip_requirements)  # ohsdk is built FROM the base image
+    on_base = recipe is not None  # every agent image is built FROM the base image
     return agent - ((image_size(api, BASE_IMAGE) or 0) if on_base else 0)
 
 

@@ -51,7 +51,8 @@ class ScaffoldRun(BaseModel):
 
 
 class AgentImageRecipe(BaseModel):
-    """How an agent is baked: files staged on the host, copied to /opt/rlkit-agents/<scaffold>."""
+    """How an agent's image is made: files staged on the host, copied to /opt/rlkit-agents/<scaffold>
+    (mounted from there read-only into each sandbox, or baked into a layer on each task image)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -103,13 +104,20 @@ class Scaffold:
         return AgentConfig(import_path=self.agent_import_path, model_name=self.model_name(run),
                            base_url=self.base_url(run), kwargs=kwargs, env=self.agent_env(run))
 
-    def environment_kwargs(self, backend: str = "docker") -> dict[str, Any]:
-        """kwargs for the sandbox backend (`TrialEnvironmentConfig.kwargs`): the image with
-        this agent baked in. On docker, in-container agents get the network they reach the
+    def environment_kwargs(self, backend: str = "docker", delivery: str = "mount") -> dict[str, Any]:
+        """kwargs for the sandbox backend (`TrialEnvironmentConfig.kwargs`): the task image as it is with
+        the agent mounted read-only from its own image (AGENT_DELIVERY mount/auto), or the task image with
+        the agent baked in (bake). On docker, in-container agents get the network they reach the
         proxy by; a host-side agent leaves the task's own network policy alone. (On k8s the
         backend serves harbor's allowlist of the proxy as a NetworkPolicy, so the proxy must
         listen on an address pods reach.)"""
-        kwargs: dict[str, Any] = {"image_variant": self.name if self.image_recipe is not None else "latest"}
+        kwargs: dict[str, Any] = {"image_variant": "latest"}
+        if self.image_recipe is not None and delivery == "bake":
+            kwargs["image_variant"] = self.name
+        elif self.image_recipe is not None:
+            from rlkit.scaffolds.bake import agent_mount
+
+            kwargs["agent_mount"] = agent_mount(self).model_dump()
         if backend == "docker" and self.runs_in_container:
             kwargs["network"] = self.network_mode
         return kwargs
@@ -123,10 +131,10 @@ class Scaffold:
 
         return IMPORT_PATHS.get(backend, backend)
 
-    def trial_fields(self, run: ScaffoldRun, backend: str = "docker") -> dict[str, Any]:
+    def trial_fields(self, run: ScaffoldRun, backend: str = "docker", delivery: str = "mount") -> dict[str, Any]:
         """The scaffold's part of a `rlkit.rollout.trial.TrialSpec`: agent, backend and its kwargs."""
         return {"agent": self.agent_config(run), "backend": self.environment_import_path(backend),
-                "environment_kwargs": self.environment_kwargs(backend)}
+                "environment_kwargs": self.environment_kwargs(backend, delivery)}
 
     def describe(self) -> dict[str, Any]:
         """Capabilities, for `rlkit check` output and docs."""

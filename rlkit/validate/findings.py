@@ -124,6 +124,8 @@ _TABLE: tuple[tuple[str, Phase, str, str], ...] = (
     ("data_files", Phase.WORLD, "TRAIN_FILES / VAL_FILES are task indexes", "rlkit.validate.data:data_files"),
     ("artifacts", Phase.WORLD, "existing artifacts: resume or clobber", "rlkit.validate.system:artifacts"),
     ("backend", Phase.WORLD, "sandbox backend reachable", "rlkit.validate.system:backend"),
+    ("agent_delivery", Phase.WORLD, "the agent is mounted (docker volume; k8s image volume or init container) or baked",
+     "rlkit.validate.agents:agent_delivery"),
     ("capacity", Phase.WORLD, "MAX_SANDBOXES fits this machine's CPUs (docker)", "rlkit.validate.system:capacity"),
     ("ports", Phase.WORLD, "ports free (proxy, dashboard, Ray)", "rlkit.validate.system:ports"),
     ("disk", Phase.WORLD, "disk room for checkpoints", "rlkit.validate.system:disk"),

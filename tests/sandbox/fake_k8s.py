@@ -46,8 +46,16 @@ class FakeCoreV1Api:
     calls: list[tuple] = field(default_factory=list)
     on_create: Any = None
     on_delete: Any = None
+    image_volumes: bool = True  # False: an API server without the ImageVolume feature (drops the field)
+    refuse_dry_run: bool = False
 
-    def create_namespaced_pod(self, namespace: str, body: dict) -> dict:
+    def create_namespaced_pod(self, namespace: str, body: dict, dry_run: str | None = None, **_: Any) -> dict:
+        if dry_run:  # validated and answered, never stored (the server side of `--dry-run=server`)
+            self.calls.append(("dry-run", namespace, body["metadata"]["name"]))
+            if self.refuse_dry_run:
+                raise FakeApiException(403, "Forbidden")
+            volumes = [v for v in body["spec"].get("volumes", []) if self.image_volumes or "image" not in v]
+            return {**body, "spec": {**body["spec"], "volumes": volumes}}
         self.calls.append(("create", namespace, body["metadata"]["name"]))
         key = (namespace, body["metadata"]["name"])
         if key in self.pods:

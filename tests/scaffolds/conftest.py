@@ -1,4 +1,4 @@
-"""Fixtures of the scaffold tests: the proxy in front of the session's vLLM, and baked images.
+"""Fixtures of the scaffold tests: the proxy in front of the session's vLLM, the agents' images.
 
 The agents' system prompts are long (Claude Code's is ~17k tokens with the tiny
 tokenizer): the shared `vllm_server` has a 40k window for them. The proxy runs in a
@@ -75,8 +75,16 @@ def task_image(base_image: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def baked_images(task_image: str) -> dict[str, str]:
-    """The task image with each in-container agent baked in (agent images are cached)."""
+def agent_images(task_image: str) -> dict[str, str]:
+    """Each in-container agent's image (cached by docker): sandboxes mount it from its volume."""
+    from rlkit.scaffolds.bake import build_agent_image
+
+    return {name: build_agent_image(name, log=lambda _m: None) for name in ("cc", "oc", "ohsdk")}
+
+
+@pytest.fixture(scope="session")
+def baked_images(task_image: str, agent_images: dict[str, str]) -> dict[str, str]:
+    """The task image with each in-container agent baked in (AGENT_DELIVERY=bake)."""
     from rlkit.scaffolds.bake import build_scaffold_image
 
     return {name: build_scaffold_image(task_image, name, log=lambda _m: None) for name in ("cc", "oc", "ohsdk")}

@@ -136,13 +136,19 @@ def test_terminus_runs_on_host_without_summarisation(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["cc", "oc", "ohsdk"])
-def test_in_container_agents_use_baked_image_and_host_network(name: str) -> None:
+def test_in_container_agents_are_mounted_into_the_task_image_on_host_network(name: str) -> None:
+    from rlkit.scaffolds.bake import agent_mount
+
     scaffold = get_scaffold(name)
     assert scaffold.runs_in_container
-    assert scaffold.environment_kwargs() == {"image_variant": name, "network": "host"}
+    mounted = agent_mount(scaffold).model_dump()
+    assert scaffold.environment_kwargs() == {"image_variant": "latest", "agent_mount": mounted, "network": "host"}
+    assert scaffold.environment_kwargs(delivery="bake") == {"image_variant": name, "network": "host"}
     assert scaffold.environment_import_path("docker") == "rlkit.scaffolds.sandbox:ProxyDockerEnvironment"
     assert scaffold.environment_import_path("k8s") == "rlkit.sandbox.k8s:KubernetesEnvironment"
-    assert scaffold.environment_kwargs("k8s") == {"image_variant": name}  # K8sOptions has no `network`
+    # K8sOptions has no `network`
+    assert scaffold.environment_kwargs("k8s") == {"image_variant": "latest", "agent_mount": mounted}
+    assert scaffold.environment_kwargs("k8s", "bake") == {"image_variant": name}
     assert scaffold.agent_config(RUN).kwargs["skip_install"] is True
 
 

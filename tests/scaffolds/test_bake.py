@@ -26,12 +26,55 @@ def test_scaffold_image_names_agree_with_task_image_naming() -> None:
 
 
 def test_layer_copies_the_agent_and_puts_it_on_path() -> None:
+    """AGENT_DELIVERY=bake: the agent's one tree and the links a mounted agent gets at sandbox start."""
+    from rlkit.scaffolds.bake import AGENT_LAYOUT, agent_links
+
     dockerfile = scaffold_layer_dockerfile("rlkit-task/calc:latest", get_scaffold("cc"))
     assert dockerfile.startswith("FROM rlkit-task/calc:latest\n")
-    assert f"COPY --from=rlkit/agent-cc:{CLAUDE_CODE_VERSION} /opt/rlkit-agents/cc /opt/rlkit-agents/cc" in dockerfile
-    assert "ln -sf /opt/rlkit-agents/cc/claude /usr/local/bin/claude" in dockerfile
+    agent = f"rlkit/agent-cc:{CLAUDE_CODE_VERSION}-{AGENT_LAYOUT}"
+    assert f"COPY --from={agent} /opt/rlkit-agents/cc /opt/rlkit-agents/cc" in dockerfile
+    assert "ln -sfn /opt/rlkit-agents/cc/claude /usr/local/bin/claude" in dockerfile
     ohsdk = scaffold_layer_dockerfile("rlkit-task/calc:latest", get_scaffold("ohsdk"))
-    assert "/opt/openhands-sdk-venv /opt/openhands-sdk-venv" in ohsdk and "RUN ldconfig" in ohsdk
+    assert ohsdk.count("COPY") == 1 and "ldconfig" not in ohsdk  # the interpreter finds libpython by $ORIGIN
+    assert "ln -sfn /opt/rlkit-agents/ohsdk/venv /opt/openhands-sdk-venv" in ohsdk
+    assert agent_links(get_scaffold("ohsdk")) == {"/opt/openhands-sdk-venv": "/opt/rlkit-agents/ohsdk/venv"}
+
+
+def test_the_copied_interpreter_finds_libpython_beside_itself(tmp_path: Path) -> None:
+    """The host prefix's lib/ in the interpreter's RUNPATH becomes $ORIGIN/../lib, in place (same length),
+    so the agent's tree runs wherever it is mounted, with no loader configuration in the sandbox."""
+    from rlkit.scaffolds.bake import relocate_runpath
+
+    old = "/root/.pyenv/versions/3.12.1/lib"
+    binary = tmp_path / "python3.12"
+    before = b"\x7fELF...\0libpython3.12.so.1.0\0" + old.encode() + b"\0libc.so.6\0"
+    binary.write_bytes(before)
+    assert relocate_runpath(binary, old)
+    after = binary.read_bytes()
+    assert len(after) == len(before) and b"\0$ORIGIN/../lib\0" in after and old.encode() not in after
+    assert after.endswith(b"\0libc.so.6\0")
+    assert not relocate_runpath(binary, old)  # nothing left to point elsewhere
+
+
+def test_a_new_agent_version_is_a_new_image_and_a_new_volume() -> None:
+    from rlkit.sandbox.agent_volume import volume_name
+    from rlkit.scaffolds.bake import agent_mount
+
+    mount = agent_mount(get_scaffold("oc"))
+    assert mount.image.startswith(f"rlkit/agent-oc:{OPENCODE_VERSION}-")
+    first, rebuilt = volume_name(mount, "sha256:" + "a" * 64), volume_name(mount, "sha256:" + "b" * 64)
+    assert first != rebuilt and first.startswith(f"rlkit-agent-oc-{OPENCODE_VERSION}-")
+    repinned = mount.model_copy(update={"image": "rlkit/agent-oc:9.9.9-m1"})
+    assert volume_name(repinned, "sha256:" + "a" * 64) != first
+
+
+def test_trials_mount_the_agent_by_default_and_bake_on_request() -> None:
+    for name in ("cc", "oc", "ohsdk"):
+        mounted = get_scaffold(name).environment_kwargs("docker")
+        assert mounted["image_variant"] == "latest" and mounted["agent_mount"]["target"] == f"/opt/rlkit-agents/{name}"
+        baked = get_scaffold(name).environment_kwargs("docker", "bake")
+        assert baked["image_variant"] == name and "agent_mount" not in baked
+    assert "agent_mount" not in get_scaffold("terminus").environment_kwargs("docker")
 
 
 def test_the_ohsdk_build_imports_the_sdk_with_the_environment_its_trials_get() -> None:
@@ -231,7 +274,8 @@ def test_two_processes_building_one_agent_take_turns_and_stage_it_once(monkeypat
             f.write("end\n")
 
     monkeypatch.setattr(bake, "CACHE_DIR", tmp_path / "agents")
-    monkeypatch.setattr(bake, "image_exists", lambda ref: built.exists())
+    # Every agent image is built FROM the base image, which is there.
+    monkeypatch.setattr(bake, "image_exists", lambda ref: ref == bake.BASE_IMAGE or built.exists())
     monkeypatch.setattr(bake, "_stage_npm", stage)
     monkeypatch.setattr(bake, "_run", lambda cmd, **kw: built.touch() or "")
     ctx = multiprocessing.get_context("fork")  # the children keep these patches
@@ -244,3 +288,36 @@ def test_two_processes_building_one_agent_take_turns_and_stage_it_once(monkeypat
     assert events.read_text().split() == ["start", "end"]  # staged once, never two at a time
     logs = sorted((tmp_path / f"log{i}").read_text() for i in range(2))
     assert "up to date" in logs[-1] and "built" in logs[0], logs
+
+
+def test_the_disk_guard_counts_a_mounted_agent_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit test, docker stood in: a mounted agent's volume is checked against docker's free space once,
+    before it is filled; once it exists, no task (however many) is refused for it."""
+    from rlkit.errors import UserError
+    from rlkit.sandbox import agent_volume
+    from rlkit.scaffolds import bake, mount
+
+    gb = bake.GB
+    volumes: list[dict] = []
+    filled: list[str] = []
+
+    class Api:
+        def inspect_image(self, ref: str) -> dict:
+            return {"Id": "sha256:" + "c" * 64}
+
+    monkeypatch.setattr("rlkit.sandbox.docker_api.api_client", lambda **_: Api())
+    monkeypatch.setattr(mount, "build_agent_image", lambda name, **_: f"rlkit/agent-{name}:v-m1")
+    monkeypatch.setattr(mount, "agent_payload_bytes", lambda api, scaffold: int(0.57 * gb))
+    monkeypatch.setattr(agent_volume, "agent_volumes", lambda api, owner_uid=None: volumes)
+    monkeypatch.setattr(agent_volume, "ensure_agent_volume",
+                        lambda api, m: filled.append(m.scaffold) or volumes.append({"Name": "v"}) or "v")
+    monkeypatch.setattr(mount, "docker_free_bytes", lambda api: ("/var/lib/docker", bake.DISK_RESERVE_BYTES))
+    with pytest.raises(UserError, match="no room for the ohsdk agent's volume: it stores 0.57 GiB"):
+        mount.prepare_agent_mount("ohsdk", log=lambda _m: None)
+    monkeypatch.setattr(mount, "docker_free_bytes", lambda api: ("/var/lib/docker", bake.DISK_RESERVE_BYTES + gb))
+    monkeypatch.setattr(agent_volume, "volume_name", lambda m, image_id: "v")
+    first = mount.prepare_agent_mount("ohsdk", log=lambda _m: None)
+    assert first is not None and first.filled and first.payload_bytes == int(0.57 * gb)
+    monkeypatch.setattr(mount, "docker_free_bytes", lambda api: ("/var/lib/docker", 0))  # full now: no matter
+    again = mount.prepare_agent_mount("ohsdk", log=lambda _m: None)
+    assert again is not None and not again.filled

@@ -20,10 +20,22 @@ def test_unknown_scaffold_is_a_fatal_with_a_hint(capsys: pytest.CaptureFixture[s
 @pytest.mark.docker
 @pytest.mark.slow  # the first run bakes every agent image
 def test_build_bakes_the_scaffold_layer(baked_images: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "build", str(TASK_DIR), "--scaffold", "oc",
+                           "--bake"], capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "rlkit-task/calc-power-unary:oc" in proc.stdout and "1/1 images ready" in proc.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.slow  # the first run builds every agent image
+def test_build_prepares_one_volume_for_every_task(agent_images: dict[str, str]) -> None:
+    """By default the agent is mounted: the task image is left as built, the agent's volume is made once."""
     proc = subprocess.run([sys.executable, "-m", "rlkit", "images", "build", str(TASK_DIR), "--scaffold", "oc"],
                           capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "rlkit-task/calc-power-unary:oc" in proc.stdout and "1/1 images ready" in proc.stdout
+    assert "rlkit-task/calc-power-unary:latest" in proc.stdout and ":oc" not in proc.stdout
+    assert "1/1 images ready" in proc.stdout
+    assert "✓ oc: volume rlkit-agent-oc-" in proc.stderr and "stored once" in proc.stderr
 
 
 @pytest.mark.docker

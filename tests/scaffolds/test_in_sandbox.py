@@ -2,7 +2,8 @@
 
 Every agent runs a whole trial through rlkit's trial runner (harbor's Trial on the
 docker backend). Each in-container agent (Claude Code, OpenCode, OpenHands SDK) runs
-from the image it was baked into and reaches the proxy on the host's loopback (network
+from its image's tree mounted read-only into the plain task image (cc also baked into a
+layer, AGENT_DELIVERY=bake) and reaches the proxy on the host's loopback (network
 mode host). The policy (forced by a regex, in its own qwen3_coder syntax) calls the
 agent's shell tool; the agent must run it in the sandbox and send its output back in
 the next request. The proxy's session must hold the token ids and logprobs of every
@@ -59,14 +60,15 @@ def _assert_result_rollout_details(trial_dir: Path, calls: list[dict]) -> None:
     assert details["logprobs"] == [c["logprobs"] for c in calls]
 
 
-def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_turns: int = 1):
+def _run_trial(name: str, stack: ProxyStack, session: str, tmp_path: Path, max_turns: int = 1,
+               delivery: str = "mount"):
     """One whole trial (sandbox, agent, verifier) through rlkit's trial runner on harbor's Trial."""
     from rlkit.rollout.trial import TrialSpec, run_trial
     from rlkit.scaffolds import ScaffoldRun, get_scaffold
 
     scaffold = get_scaffold(name)
     run = ScaffoldRun(session=session, model=stack.model, proxy_url=stack.url, max_turns=max_turns)
-    fields = scaffold.trial_fields(run, backend="docker")
+    fields = scaffold.trial_fields(run, backend="docker", delivery=delivery)
     fields["environment_kwargs"]["build_missing"] = False
     spec = TrialSpec(task_dir=TASK_DIR, trials_dir=tmp_path, session=session, **fields)
     return asyncio.run(run_trial(spec))
@@ -134,16 +136,20 @@ def _tool_call_regex(function: str, params: dict[str, str]) -> str:
     return re.escape(f"<tool_call>\n<function={function}>\n{body}</function>\n</tool_call>")
 
 
-@pytest.mark.parametrize("name", sorted(TOOL_CALLS))
-def test_agent_cli_runs_policy_tool_call_through_proxy(name: str, scaffold_stack: ProxyStack,
-                                                       baked_images: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "delivery"), [(name, "mount") for name in sorted(TOOL_CALLS)] + [("cc", "bake")])
+def test_agent_cli_runs_policy_tool_call_through_proxy(name: str, delivery: str, scaffold_stack: ProxyStack,
+                                                       agent_images: dict[str, str], tmp_path: Path,
+                                                       request: pytest.FixtureRequest) -> None:
+    if delivery == "bake":
+        request.getfixturevalue("baked_images")
     function, params = TOOL_CALLS[name]
     session = f"pytest-tool-{name}-{uuid.uuid4().hex[:8]}"
     scaffold_stack.set_sampling(session, {"structured_outputs": {"regex": _tool_call_regex(function, params)},
                                           "temperature": 0.0})
     with _final_answer_after_first_call(scaffold_stack, session):
-        outcome = _run_trial(name, scaffold_stack, session, tmp_path, max_turns=3)
+        outcome = _run_trial(name, scaffold_stack, session, tmp_path, max_turns=3, delivery=delivery)
     assert outcome.graded, outcome
+    assert outcome.reason != "tamper_suspect", outcome  # the mounted agent's links are no finding
     calls = _assert_token_record(scaffold_stack.record(session))
     assert calls[0]["tool_calls"] and not calls[0]["parse_failure"]
     # The tool's output went back to the policy in the next call's prompt (one segment).
