@@ -152,6 +152,18 @@ sys.exit(code if code >= 0 else 128 - code)
 """
 
 
+# Sets PR_SET_PDEATHSIG (kept across exec) and then becomes the real command: the server keeps its own pid,
+# which the proxy's health probe and the tests check. (die_with_owner's supervisor above also takes the engine
+# core, but the server's pid is then the supervisor's: not yet wired into the launchers.)
+_PDEATHSIG_EXEC = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 15); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def pdeathsig_exec(command: list[str]) -> list[str]:
+    """`command` that gets SIGTERM when the thread that started it ends (Linux only; elsewhere as it is)."""
+    return [command[0], "-c", _PDEATHSIG_EXEC, *command] if os.uname().sysname == "Linux" else command
+
+
 def die_with_owner(command: list[str]) -> list[str]:
     """`command` behind the supervisor above (run with `start_new_session=True`: it stops its session)."""
     return [command[0], "-c", _DIE_WITH_PARENT, *command]
@@ -268,8 +280,8 @@ class VllmServer:
         command = self.command()
         if self.config.fork_engine_core:  # `-m <api server>` becomes the program that runs it
             command[1:3] = ["-c", _FORK_ENGINE_CORE]
-        if self.config.die_with_parent:  # no vLLM (engine core included) outlives its starter
-            command = die_with_owner(command)
+        if self.config.die_with_parent:  # no vLLM API server outlives its starter
+            command = pdeathsig_exec(command)
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=self._env(), start_new_session=True)
         self._pump = threading.Thread(target=self._pump_logs, name="vllm-log", daemon=True)

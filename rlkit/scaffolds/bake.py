@@ -32,23 +32,28 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlkit.errors import ImageError, UserError
 from rlkit.sandbox.base_image import BASE_IMAGE
-from rlkit.scaffolds import get_scaffold
-from rlkit.scaffolds.base import Scaffold
+from rlkit.scaffolds.agent_image import (  # noqa: F401  (re-exported: the agent image's names live there)
+    AGENT_LAYOUT,
+    AGENTS_ROOT,
+    OHSDK_VENV,
+    _agent_version,
+    agent_image_ref,
+    agent_links,
+    agent_mount,
+)
 
-AGENTS_ROOT = "/opt/rlkit-agents"
+if TYPE_CHECKING:
+    from rlkit.scaffolds.base import Scaffold
+
 _CHECKOUT = Path(__file__).resolve().parents[2]
 CACHE_DIR = _CHECKOUT / ".rlkit" / "cache" / "agents"
 _UV = _CHECKOUT / ".rlkit" / "uv" / "bin" / "uv"  # scripts/setup.sh installs it
 _UV_ARGS = _CHECKOUT / "scripts" / "uv_args.py"  # pip's indexes, find-links and constraints, as uv flags
-OHSDK_VENV = "/opt/openhands-sdk-venv"  # where harbor's agent looks: a link to the venv inside the agent's tree
 AGENT_LABEL = "rlkit.agent-image"  # on a task's scaffold layer: the id of the agent image it copied
-# The agent images' layout: every file under /opt/rlkit-agents/<scaffold> (one tree, mountable as one
-# volume), FROM the base image (its cp fills a kubernetes emptyDir). Part of the tag: a new layout is a
-# new image beside the old one.
-AGENT_LAYOUT = "m1"
 _OHSDK_ROOT = f"{AGENTS_ROOT}/ohsdk"
 _OHSDK_SITE = f"{_OHSDK_ROOT}/venv/lib/python3.12/site-packages"
 # What harbor's openhands_sdk_runner.py imports: their bytecode is written at build time, so no trial
@@ -60,46 +65,11 @@ _OHSDK_COMPILED_WHOLE = ("openhands", "litellm")
 Log = Callable[[str], None]
 
 
-def agent_image_ref(scaffold: Scaffold) -> str:
-    return f"rlkit/agent-{scaffold.name}:{_agent_version(scaffold)}"
-
-
 def scaffold_image_ref(task_image: str, scaffold_name: str) -> str:
     """The task image with a scaffold baked in: tag `latest` becomes `<scaffold>` (as in
     `task_image_ref(task_id, variant=scaffold)`), any other tag gets `-<scaffold>`."""
     repo, _, tag = task_image.rpartition(":") if ":" in task_image.split("/")[-1] else (task_image, "", "latest")
     return f"{repo}:{scaffold_name}" if tag == "latest" else f"{repo}:{tag}-{scaffold_name}"
-
-
-def _agent_version(scaffold: Scaffold) -> str:
-    recipe = scaffold.image_recipe
-    if recipe is None:
-        raise UserError(f"scaffold {scaffold.name!r} is not baked into images",
-                        fix="it runs on the host; use the task image as it is")
-    if recipe.npm_version:
-        return f"{recipe.npm_version}-{AGENT_LAYOUT}"
-    pins = [r.split("==", 1)[1] for r in recipe.pip_requirements if "==" in r]
-    return f"{pins[0] if pins else 'latest'}-{AGENT_LAYOUT}"
-
-
-def agent_links(scaffold: Scaffold) -> dict[str, str]:
-    """Absolute link -> absolute target that put the agent where harbor's classes look: its commands
-    in /usr/local/bin (on a login shell's PATH too), the ohsdk venv at /opt/openhands-sdk-venv."""
-    recipe = scaffold.image_recipe
-    assert recipe is not None
-    root = f"{AGENTS_ROOT}/{scaffold.name}"
-    links = {f"/usr/local/bin/{name}": f"{root}/{target}" for name, target in recipe.links.items()}
-    if recipe.pip_requirements:
-        links[OHSDK_VENV] = f"{root}/venv"
-    return links
-
-
-def agent_mount(scaffold: Scaffold, k8s: str = "auto"):
-    """What a sandbox mounts instead of a baked layer (rlkit.sandbox.agent_volume.AgentMount)."""
-    from rlkit.sandbox.agent_volume import AgentMount
-
-    return AgentMount(image=agent_image_ref(scaffold), scaffold=scaffold.name,
-                      target=f"{AGENTS_ROOT}/{scaffold.name}", links=agent_links(scaffold), k8s=k8s)
 
 
 def _run(cmd: list[str], *, cwd: Path | None = None, what: str, env: dict[str, str] | None = None) -> str:
@@ -239,6 +209,8 @@ def _dockerfile_ohsdk(scaffold: Scaffold) -> str:
 
 def build_agent_image(name: str, *, force: bool = False, log: Log = print) -> str:
     """Build (or reuse) `rlkit/agent-<name>:<version>`; returns its reference."""
+    from rlkit.scaffolds import get_scaffold
+
     scaffold = get_scaffold(name)
     ref = agent_image_ref(scaffold)
     from filelock import FileLock
@@ -292,6 +264,8 @@ def scaffold_layer_dockerfile(task_image: str, scaffold: Scaffold, agent_id: str
 
 def build_scaffold_image(task_image: str, name: str, *, force: bool = False, log: Log = print) -> str:
     """`<task image>-<scaffold>`: the task image with the agent baked in. Returns its reference."""
+    from rlkit.scaffolds import get_scaffold
+
     scaffold = get_scaffold(name)
     if scaffold.image_recipe is None:
         log(f"✓ {name} runs on the host; {task_image} is used as it is")
@@ -359,6 +333,8 @@ def scaffold_layer(name: str, *, force: bool = False, push: bool = False,
 
     With `push`, the layered image goes to the same registry as the task image."""
     from rlkit.sandbox.images import BuildOutcome
+    from rlkit.scaffolds import get_scaffold
+
 
     scaffold = get_scaffold(name)  # unknown names fail before any build
     payload: int | None = None  # what one task's layer stores, once the agent image exists

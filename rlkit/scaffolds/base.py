@@ -115,7 +115,7 @@ class Scaffold:
         if self.image_recipe is not None and delivery == "bake":
             kwargs["image_variant"] = self.name
         elif self.image_recipe is not None:
-            from rlkit.scaffolds.bake import agent_mount
+            from rlkit.scaffolds.agent_image import agent_mount
 
             kwargs["agent_mount"] = agent_mount(self).model_dump()
         if backend == "docker" and self.runs_in_container:

@@ -12,7 +12,9 @@ buffer then samples the group and verl's trainer computes its advantages
 old logprobs are the rollout's, verl's bypass mode).
 
 The group of three trials is [pass, fail, masked]: one fixes the bug, one only lists /app,
-one plants /app/conftest.py, which the tamper check flags (TAMPER_POLICY=mask masks it). The
+one plants a .pth file (start-up code) in the interpreter's dist-packages, which the tamper check of an
+in-place graded copy of the task flags (TAMPER_POLICY=mask masks it; graded clean, a change outside the
+work product never reaches the tests at all). The
 masked trial leaves no sample, so the pass gets +1/sqrt(2) and the fail -1/sqrt(2); with the
 masked trial counted as a 0.0 they would be +0.58 and -1.15.
 """
@@ -45,7 +47,7 @@ def terminus_answer(keystrokes: str) -> str:
 
 
 ANSWERS = [terminus_answer(FIX), terminus_answer("ls /app\n"),
-           terminus_answer("echo 'import sys' > /app/conftest.py\n")]
+           terminus_answer("echo 'import sys' > /usr/lib/python3/dist-packages/zz_rlkit_test.pth\n")]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,8 @@ def _verl_config(overrides: list[str]) -> Any:
 
 def test_verl_v1_worker_trains_a_mixed_group_and_leaves_the_masked_trial_out(ws, task_image, vllm_server,
                                                                              tmp_path: Path) -> None:
+    import shutil
+
     import numpy as np
     import ray
     import transfer_queue as tq
@@ -87,7 +91,11 @@ def test_verl_v1_worker_trains_a_mixed_group_and_leaves_the_masked_trial_out(ws,
     from rlkit.tasks.index import build_rows, write_index
     from tests.train._vllm_http_client import VllmHttpClient
 
-    index = write_index([r for r in build_rows(EXAMPLES) if r.task_id == TASK], tmp_path / "train.parquet")
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / TASK, tasks / TASK)
+    with (tasks / TASK / "task.toml").open("a") as toml:  # graded in place: the tamper check judges the .pth
+        toml.write('\n[verifier.rlkit]\ngrading = "in-place"\n')
+    index = write_index([r for r in build_rows(tasks) if r.task_id == TASK], tmp_path / "train.parquet")
     cfg = ws.config(TRAIN_FILES=index, VAL_FILES=index, N_RESP=3, TRAIN_BSZ=1, MINI_BSZ=1, MAX_PROMPT=4096,
                     MAX_RESP=1024, TAMPER_POLICY="mask", MAX_SANDBOXES=3)
     plan = build_plan(resolve(cfg, ws.environ()))

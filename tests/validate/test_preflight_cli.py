@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,7 @@ def test_preflight_only_prints_block_and_assertions_and_exits_nonzero_on_fatal(w
     assert proc.returncode == 1
     assert "Run configuration" in proc.stdout and "Run Validation" in proc.stdout
     assert "✓ tool_call_parser" in proc.stdout and "✗ FATAL backend" in proc.stdout
-    assert "PREFLIGHT_ONLY    = 1" in proc.stdout and "[process environment]" in proc.stdout
+    assert re.search(r"PREFLIGHT_ONLY {2,}= 1", proc.stdout) and "[process environment]" in proc.stdout
     assert "ray start" not in proc.stdout  # launches nothing, prints no plan
 
 
