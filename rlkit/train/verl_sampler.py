@@ -11,6 +11,11 @@ DAPO filter uses); the step trains on that batch, under the same step number, an
 step always trains on a batch. After `MAX_SKIPPED_IN_A_ROW` masked batches in one step the sandboxes
 are broken, not unlucky: the run stops with that reason, and the same command resumes it.
 Checkpoints are verl's (its dataloader state included), so a resume is unaffected.
+
+It is also the one rlkit object in verl's trainer process, so it hands the trainer the verdict of the
+CPU rollout's weight sync (`verl_cpu_rollout.py`): after verl's `on_step_end` synced the weights, the
+replica servers' `weight_sync/*` metrics go into `_pending_sync_metrics`, verl's own channel for
+"weight-sync stats stashed by on_step_end", which `fit` merges into that step's line.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ class MaskedBatchSkipped(RuntimeError):
 
 class MaskedBatchSkippingReplayBuffer(ReplayBuffer):
     """`ReplayBuffer` whose `sample` replaces a batch with no trajectory by the next batch of prompts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        trainer = getattr(self.refill_fn, "__self__", None)  # verl passes its trainer's bound method
+        if trainer is not None and uses_http_rollout(trainer):
+            report_weight_sync(trainer)
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
         skipped = 0
@@ -66,3 +77,42 @@ class MaskedBatchSkippingReplayBuffer(ReplayBuffer):
         with_trajectories = {key.split("_")[0] for key in self.partitions[partition_id]}
         return terminal - with_trajectories
 
+
+
+def uses_http_rollout(trainer: Any) -> bool:
+    from rlkit.launch.verl_overrides import CPU_ROLLOUT
+
+    return str(trainer.config.actor_rollout_ref.rollout.get("name", "")) == CPU_ROLLOUT
+
+
+def report_weight_sync(trainer: Any) -> None:
+    """After each of the trainer's `on_step_end` (its weight sync), the servers' verdicts join the step's metrics."""
+    synced = trainer.on_step_end
+
+    def on_step_end() -> None:
+        synced()
+        pending = dict(getattr(trainer, "_pending_sync_metrics", None) or {})
+        pending.update(sync_metrics(trainer))
+        trainer._pending_sync_metrics = pending
+
+    trainer.on_step_end = on_step_end
+
+
+def sync_metrics(trainer: Any) -> dict[str, float]:
+    """The `weight_sync/*` metrics of the last sync of every vllm_http replica (the worst of each, over
+    replicas: one stale replica makes the step's sync unverified)."""
+    import ray
+
+    from rlkit.train.verl_cpu_rollout import server_name
+
+    out: dict[str, float] = {}
+    replicas = getattr(getattr(trainer, "checkpoint_manager", None), "replicas", None) or []
+    for rank in [getattr(r, "replica_rank", i) for i, r in enumerate(replicas)] or [0]:
+        try:
+            server = ray.get_actor(server_name(rank))
+        except ValueError:
+            continue
+        for key, value in ray.get(server.last_sync_metrics.remote()).items():
+            worse = min if key in ("weight_sync/verified", "weight_sync/decisive") else max
+            out[key] = worse(out[key], value) if key in out else value
+    return out
