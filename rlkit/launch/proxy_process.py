@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from rlkit.launch._http import HttpStatusError, get_json, post_json
-from rlkit.launch.vllm import pdeathsig_exec, startup_error
+from rlkit.launch.vllm import die_with_owner, startup_error, supervised_pid
 from rlkit.proxy.core import ProxyConfig
 
 # serve_forever's first line: "rlkit proxy on http://HOST:PORT  (OpenAI base ...)"
@@ -77,7 +77,7 @@ class ProxyProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         command = serve_command(self.config)
         if self.die_with_parent:  # no orphan proxy after the starter dies
-            command = pdeathsig_exec(command)
+            command = die_with_owner(command)
         from rlkit.config.owner import owner_env
 
         env = dict(os.environ, PYTHONUNBUFFERED="1", **owner_env())  # cleanup traces orphans to their owner
@@ -97,6 +97,13 @@ class ProxyProcess:
                     self._url = m.group(1)
                     self._ready.set()
         self._ready.set()  # the process ended: wake the waiter
+
+    @property
+    def server_pid(self) -> int | None:
+        """The proxy's own pid (what its /health says): behind the supervisor, the supervisor's child."""
+        if self.process is None:
+            return None
+        return supervised_pid(self.process.pid) if self.die_with_parent else self.process.pid
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s

@@ -32,6 +32,10 @@ CPU_PLUGIN = "rlkit.train.verl_cpu"  # imported by `import verl` in every proces
 CPU_LOG_DIR_ENV = "RLKIT_VERL_CPU_LOG_DIR"  # where the CPU rollout's vLLM logs (logs/<exp>_vllm*.log)
 CPU_STATE_DIR_ENV = "RLKIT_VERL_CPU_STATE_DIR"  # its scratch: the weights vLLM reloads, vLLM caches
 
+# Sync mode's replay buffer: verl's, less the stop on a batch whose every trial was masked (verl's own
+# custom_sampler hook; `rlkit/train/verl_sampler.py` says why).
+SYNC_SAMPLER = ("pkg://rlkit.train.verl_sampler", "MaskedBatchSkippingReplayBuffer")
+
 # GSPO per verl's examples/gspo_trainer.
 GSPO = {"clip_ratio_low": 3e-4, "clip_ratio_high": 4e-4, "loss_agg_mode": "seq-mean-token-mean"}
 
@@ -152,6 +156,8 @@ def override_map(c: RunConfig, *, model_path: Path, train_files: Path, val_files
         })
     elif c.VERL_TRAINER_MODE is VerlTrainerMode.COLOCATE_ASYNC:
         o["trainer.v1.sampler.max_off_policy_threshold"] = c.MAX_OFF_POLICY
+    else:
+        o["trainer.v1.sampler.custom_sampler.path"], o["trainer.v1.sampler.custom_sampler.name"] = SYNC_SAMPLER
     if c.VERL_DEVICE is VerlDevice.CPU:
         o.update(cpu_overrides(c))
     return o

@@ -76,9 +76,8 @@ class VllmServerConfig(BaseModel):
     cache_dir: Path = Field(default_factory=lambda: REPO_ROOT / ".rlkit" / "cache" / "vllm")
     python: str | None = None  # default: $RLKIT_VLLM_PYTHON or <repo>/.venv-vllm/bin/python
     startup_timeout_s: float = 300.0
-    # Linux: the server gets SIGTERM when the process that started it dies (no orphans holding
-    # ports and 2+ GB after a crash). The signal follows the starting *thread*: start from a
-    # long-lived thread, or turn this off.
+    # The server's whole session (its engine core too) stops when the process that started it dies
+    # (`die_with_owner`): no orphans holding ports and 2+ GB after a crash.
     die_with_parent: bool = True
 
 
@@ -152,21 +151,25 @@ sys.exit(code if code >= 0 else 128 - code)
 """
 
 
-# Sets PR_SET_PDEATHSIG (kept across exec) and then becomes the real command: the server keeps its own pid,
-# which the proxy's health probe and the tests check. (die_with_owner's supervisor above also takes the engine
-# core, but the server's pid is then the supervisor's: not yet wired into the launchers.)
-_PDEATHSIG_EXEC = ("import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 15); "
-                   "os.execv(sys.argv[1], sys.argv[1:])")
-
-
-def pdeathsig_exec(command: list[str]) -> list[str]:
-    """`command` that gets SIGTERM when the thread that started it ends (Linux only; elsewhere as it is)."""
-    return [command[0], "-c", _PDEATHSIG_EXEC, *command] if os.uname().sysname == "Linux" else command
-
-
 def die_with_owner(command: list[str]) -> list[str]:
     """`command` behind the supervisor above (run with `start_new_session=True`: it stops its session)."""
     return [command[0], "-c", _DIE_WITH_PARENT, *command]
+
+
+def supervised_pid(supervisor: int, timeout_s: float = 10.0) -> int:
+    """The pid of the command `die_with_owner`'s supervisor runs (its one child): the process that answers on
+    the server's port, which a health probe that knows its server's pid compares."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            children = psutil.Process(supervisor).children()
+        except psutil.NoSuchProcess:
+            return supervisor
+        if children or time.monotonic() >= deadline:
+            return children[0].pid if children else supervisor
+        time.sleep(0.05)
 
 
 # Runs the API server module as `-m` would, after making vLLM's CPU platform keep the start method
@@ -280,8 +283,8 @@ class VllmServer:
         command = self.command()
         if self.config.fork_engine_core:  # `-m <api server>` becomes the program that runs it
             command[1:3] = ["-c", _FORK_ENGINE_CORE]
-        if self.config.die_with_parent:  # no vLLM API server outlives its starter
-            command = pdeathsig_exec(command)
+        if self.config.die_with_parent:  # nothing of vLLM (its engine core included) outlives its starter
+            command = die_with_owner(command)
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=self._env(), start_new_session=True)
         self._pump = threading.Thread(target=self._pump_logs, name="vllm-log", daemon=True)

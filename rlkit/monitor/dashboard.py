@@ -166,14 +166,17 @@ def _columns(records: list[tuple[int, dict[str, float]]]) -> dict[str, Any]:
 
 def metrics_after(paths: RunPaths, offset: int) -> dict[str, Any]:
     """Step records appended after byte `offset`, as columns: {steps, columns: {name: [value|null]}}. A restart
-    marker among them voids steps the client already has: then the whole file's steps come, with `replace`."""
+    marker among them voids steps the client already has, and a validation-only line adds to a step it may have:
+    then the whole file's steps come, with `replace`."""
     path = metrics_mod.metrics_file(paths)
     if path is None:
         return {"offset": 0, "source": None, "steps": [], "columns": {}, "replace": offset > 0}
     parse = metrics_mod.parse_jsonl_line if path.suffix == ".jsonl" else metrics_mod.parse_console_line
     tail = LineTail(path, offset)
     lines = tail.poll(MAX_READ)
-    restarted = any(metrics_mod.parse_attempt(line) for line in lines)
+    # a restart voids steps the client has; a validation-only line adds to a step it may have (verl's at a resume)
+    restarted = any(metrics_mod.parse_attempt(line) or metrics_mod.validation_only((parse(line) or (0, {}))[1])
+                    for line in lines)
     if restarted and offset > 0:
         reader = metrics_mod.MetricsReader(paths)  # the whole file, each step's latest attempt
         reader.poll()

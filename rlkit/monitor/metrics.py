@@ -14,6 +14,8 @@ Attempts: each start of a run writes a marker line (rlkit.train.runlog: `{"event
 `[rlkit] attempt `). A restart from step S redoes the steps after S, so every reader here keeps,
 for each step, the line of the latest attempt that logged it: a marker drops the steps after its
 `from_step` that earlier attempts logged. A log without markers is one attempt.
+A validation-only line (`val-*`, `val/*`: verl validates at the step it resumes from, and logs that
+on a line of its own) adds to its step's record instead of replacing the training metrics there.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ STEP_RE = re.compile(r"(?:^|[\s)\]])step:(\d{1,9}) - ")
 WRAPPED_RE = re.compile(r"^[A-Za-z_][\w.]*\(\s*([^,()]+?)\s*(?:,.*)?\)$")
 STEP_BYTES_RE = re.compile(rb"step:\d{1,9} - ")
 ELAPSED_KEYS = ("timing_s/step", "perf/time_per_step")
+VALIDATION_PREFIXES = ("val-", "val/")
+VALIDATION_KEYS = frozenset({"timing_s/testing"})
 ATTEMPT_EVENT = "attempt"
 CONSOLE_ATTEMPT_PREFIX = "[rlkit] attempt "
 
@@ -121,6 +125,17 @@ def parse_jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
     return step, data
 
 
+def validation_only(data: dict[str, float]) -> bool:
+    """A line of validation numbers alone (verl's `step:K - val-...` before training or at a resume)."""
+    return bool(data) and all(k.startswith(VALIDATION_PREFIXES) or k in VALIDATION_KEYS for k in data)
+
+
+def merged(earlier: dict[str, float] | None, later: dict[str, float]) -> dict[str, float]:
+    """A step's record after `later` was logged: a validation-only line adds to the step's record, any other
+    line replaces it (a step redone by a later attempt)."""
+    return {**earlier, **later} if earlier and validation_only(later) else later
+
+
 @dataclass
 class StepMetrics:
     """Metrics per step, each from the latest attempt that logged it; the attempts seen."""
@@ -129,8 +144,8 @@ class StepMetrics:
     attempts: list[Attempt] = field(default_factory=list)
 
     def add(self, step: int, data: dict[str, float]) -> None:
-        self.steps.pop(step, None)  # a step logged again goes to the end, in logging order
-        self.steps[step] = data
+        earlier = self.steps.pop(step, None)  # a step logged again goes to the end, in logging order
+        self.steps[step] = merged(earlier, data)
 
     def restart(self, attempt: Attempt) -> None:
         """A new attempt: the steps after its from_step are redone."""
@@ -266,14 +281,19 @@ def tail(paths: RunPaths, n: int = 5, max_bytes: int = 256 << 20, max_lines: int
             ceiling = attempt.from_step if ceiling is None else min(ceiling, attempt.from_step)
             continue
         record = parse(line)
-        if record is None or record[0] in seen or (ceiling is not None and record[0] > ceiling):
+        if record is None or (ceiling is not None and record[0] > ceiling):
+            continue
+        if record[0] in seen:  # an earlier line of a step found: it counts under a validation-only later one
+            at = next(i for i, (step, _) in enumerate(found) if step == record[0])
+            if validation_only(found[at][1]):
+                found[at] = (record[0], merged(record[1], found[at][1]))
             continue
         seen.add(record[0])
         found.append(record)
-        if len(found) >= n:
-            break
-    if ceiling is None:  # no marker in reach: every record read is the latest attempt's
-        out.latest = len(found)
+        if len(found) > n or (len(found) == n and not validation_only(record[1])):
+            break  # (a validation-only n-th record reads on, to the training line of its step)
+    found = found[:n]
+    out.latest = len(found) if ceiling is None else min(out.latest, len(found))  # no marker: all the latest's
     out.records = found[::-1]
     return out
 

@@ -181,6 +181,8 @@ class StepSummary(BaseModel):
     timing_share: dict[str, float] = Field(description="sandbox/agent/verifier/model as shares of their sum")
     sessions: list[TrialBrief] = Field(default_factory=list, description="one line per trial (added later: "
                                        "older summaries have none)")
+    update_skipped: bool = Field(False, description="no trial of the step was trainable (all masked): the "
+                                 "trainer skipped its update (`rlkit/train/skip.py`)")
 
 
 class StepResult(BaseModel):

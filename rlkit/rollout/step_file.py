@@ -19,6 +19,7 @@ from rlkit.rollout.summary import summarize, write_summary
 
 TRIALS_FILE = ".trials.jsonl"
 LOCK_FILE = ".summary.lock"
+SKIPPED_FILE = ".update_skipped"
 
 
 def add_trial(step_dir: Path, step: int, record: TrialRecord, started: float, ended: float) -> StepSummary:
@@ -38,5 +39,18 @@ def add_trial(step_dir: Path, step: int, record: TrialRecord, started: float, en
             uid = e["record"]["uid"]
             groups[uid] = groups.get(uid, False) or bool(e["trainable"])
         summary.dropped_groups = sum(not trainable for trainable in groups.values())
+        summary.update_skipped = (step_dir / SKIPPED_FILE).exists()
+        write_summary(step_dir, summary)
+    return summary
+
+
+def mark_update_skipped(step_dir: Path, summary: StepSummary) -> StepSummary:
+    """The trainer skipped this step's update (no trainable trial): say so in its summary.json, and keep
+    saying it if a late trial rewrites the summary (`add_trial` reads the marker file)."""
+    step_dir.mkdir(parents=True, exist_ok=True)
+    with (step_dir / LOCK_FILE).open("w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        (step_dir / SKIPPED_FILE).touch()
+        summary = summary.model_copy(update={"update_skipped": True})
         write_summary(step_dir, summary)
     return summary

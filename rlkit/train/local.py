@@ -35,6 +35,7 @@ from rlkit.train.local_config import (
 from rlkit.train.progress import StepProgress
 from rlkit.train.ray_local import local_ray
 from rlkit.train.resume import latest_step, set_aside_stale_steps
+from rlkit.train.skip import SkippedSteps
 
 if TYPE_CHECKING:
     from rlkit.config.resolve import ResolvedConfig
@@ -74,6 +75,7 @@ class LocalTrainer:
 
         self.stop = GracefulStop(note=self.progress.note)  # handlers only while run() is in it
         self._saved_step = 0  # the last step with a checkpoint (a resumed run's start has one)
+        self._skipped = SkippedSteps()  # steps whose every trial was masked: no update (`rlkit/train/skip.py`)
         self._save_last: Any = None  # saves the last finished step when a stop abandons a step
 
     # ---- pieces
@@ -169,7 +171,7 @@ class LocalTrainer:
         t = time.perf_counter()
         ray.get(policy.save_checkpoint.remote(str(self.paths.checkpoints), step, {
             "global_step": step, "seed": self.cfg.SEED, "sampler_next_step": step,
-            "epoch": sampler.epoch_of(step, self.cfg.TRAIN_BSZ)}))
+            "epoch": sampler.epoch_of(step, self.cfg.TRAIN_BSZ), **self._skipped.state()}))
         self._saved_step = step
         return time.perf_counter() - t
 
@@ -253,6 +255,7 @@ class LocalTrainer:
                     self.progress.phase(f"resume from global_step_{start}")
                     extra = ray.get(resuming[0]) or {}
                     start = int(extra.get("global_step", start))
+                    self._skipped = SkippedSteps(extra)
                     saved = ray.get(resuming[1])
                     report = inf.sync_weights(weights_dir, probe=LogprobProbe(*saved["probe"]))
                     self.progress.note(f"resumed {cfg.EXP_NAME} at global_step_{start} "
@@ -281,11 +284,11 @@ class LocalTrainer:
                     step_counts = step_trial_counts(result)
                     metrics["timing_s/gen"] = time.perf_counter() - t
                     metrics.update(rollout_metrics(result))
-                    trainable = [r for r in result.records if r.trainable]
-                    if not trainable:
-                        metrics["training/skipped"] = 1.0
-                        self.progress.note(f"step {step}: no trainable trial ({result.summary.outcomes}); "
-                                           "update skipped")
+                    trainable, skip_metrics, skip_note = self._skipped.trainable(result, result.step_dir)
+                    metrics.update(skip_metrics)
+                    if skip_note:
+                        log.warning("%s", skip_note)
+                        self.progress.note(skip_note)
                     else:
                         lock.update(phase="update")
                         self.progress.phase(f"step {step}: update")

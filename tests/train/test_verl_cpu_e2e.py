@@ -137,6 +137,10 @@ def test_verl_trains_on_the_cpu_stops_on_sigterm_and_resumes_at_step_3(run_confi
         assert key in step1, sorted(step1)
     assert float(step1["training/rollout_probs_diff_max"]) < 1e-3  # vLLM's logprobs = the FSDP actor's
     assert "rlkit weight sync (vllm_http, step 1)" in console.read_text()
+    # every sync is judged in verl's own line: rewards all 0 give zero advantages, so the update moves
+    # nothing and the probe says it cannot tell a reload from a no-op (test_verl_cpu_learning_e2e.py: one that can)
+    assert float(step1["weight_sync/verified"]) == 1.0 and float(step1["weight_sync/decisive"]) == 0.0
+    assert float(step1["training/skipped_batches"]) == 0.0
     for step in (1, 2):
         trials = [p for p in (out / "harbor_trials" / "proj" / "verl-cpu" / f"step_{step}").iterdir() if p.is_dir()]
         assert len(trials) == 2, trials

@@ -95,4 +95,20 @@ def test_separate_async_on_the_cpu_names_the_verl_component_that_refuses(ws) -> 
                           only=["cluster_topology"])
     (finding,) = report.by_check("cluster_topology")
     assert finding.status is Status.FATAL and finding.key == "VERL_TRAINER_MODE"
-    assert "checkpoint_engine/base.py" in finding.message and "colocate_async" in finding.fix
+    assert "checkpoint_engine/base.py" in finding.message and "TRAINING_MODE=sync" in finding.fix
+
+
+def test_colocate_async_on_the_cpu_is_refused_with_the_reason_and_where_it_was_set(ws) -> None:
+    """docs/cluster.md claimed a 2-step CPU run of colocate_async; nothing showed it, so preflight refuses it."""
+    config = ws.config(VERL_DEVICE="cpu", TRAINING_MODE="async", VERL_TRAINER_MODE="colocate_async")
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1)
+                if text.startswith("VERL_TRAINER_MODE="))
+    (finding,) = ws.preflight(config, only=["cluster_topology"]).by_check("cluster_topology")
+    assert finding.status is Status.FATAL and finding.key == "VERL_TRAINER_MODE"
+    assert finding.where == f"{config}:{line}"
+    assert "sync trainer only" in finding.message and "TRAINING_MODE=sync" in finding.fix
+    assert finding.render().startswith("✗ FATAL cluster_topology: VERL_DEVICE=cpu")
+    # a GPU run keeps the mode
+    gpu = ws.preflight(ws.config(TRAINING_MODE="async", VERL_TRAINER_MODE="colocate_async"),
+                       only=["cluster_topology"]).by_check("cluster_topology")
+    assert all(f.status is not Status.FATAL for f in gpu)
