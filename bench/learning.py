@@ -30,9 +30,11 @@ interval allows (the stability check), and whether `rlkit status` names a collap
 x10 run should be named, the default not). Also the reward per training
 step (a table and a PNG, one line per seed and arm) and the wall time of every run. Everything
 printed goes to <out>/learning.json. A run that finished is not run again (delete its folder).
+--trainer verl trains the rl arm through TRAINER=verl (examples/configs/embedded-verl.env, verl's own
+main_ppo) as `verl-rl-s<seed>` and sets its gain beside the local rl arm's (<out>/learning-verl.json).
 
     python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--temps 0.6,0] [--lr-sweep 3,10]
-                             [--out .rlkit/bench/learning]
+                             [--trainer local|verl] [--out .rlkit/bench/learning]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "configs" / "embedded.env"
+VERL_CONFIG = ROOT / "examples" / "configs" / "embedded-verl.env"  # --trainer verl: verl's own main_ppo
 RLKIT = [sys.executable, "-m", "rlkit.cli.main"]
 ARMS = ("rl", "control")
 SETS = {"train": "train_tasks", "heldout": "heldout_tasks"}  # task set -> data_source in the val index
@@ -80,7 +83,7 @@ def prepare(out: Path) -> tuple[Path, Path]:
 
 
 def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
-               lr: str) -> Path:
+               lr: str, config: Path = CONFIG) -> Path:
     """The embedded default's config with this run's keys replaced (a config is parsed, never sourced)."""
     overrides = {**dict(kv.split("=", 1) for kv in args.set),
                  "EXP_NAME": exp, "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
@@ -88,7 +91,7 @@ def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: 
                  "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.steps), "TRAINER_SAVE_FREQ": "-1",
                  "RESUME_MODE": "disable"}
     lines = []
-    for line in CONFIG.read_text().splitlines():
+    for line in config.read_text().splitlines():
         name = line.split("=", 1)[0].strip()
         if "=" in line and not line.lstrip().startswith("#") and name in overrides:
             continue
@@ -105,11 +108,12 @@ def val_dir(out: Path, exp: str, step: int) -> Path:
 
 
 def train(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
-          lr: str) -> float | None:
+          lr: str, base: Path = CONFIG) -> float | None:
     """One run (skipped when its last validation is on disk); its wall seconds."""
-    if (val_dir(out, exp, args.steps) / "eval.json").is_file():
+    last = val_dir(out, exp, args.steps)
+    if (last / "eval.json").is_file() or (base == VERL_CONFIG and (last / "summary.json").is_file()):
         return None
-    config = run_config(out, exp, seed, args, model, val_index, lr)
+    config = run_config(out, exp, seed, args, model, val_index, lr, base)
     log = out / "logs" / f"{exp}.out"
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"… {exp}: training {args.steps} steps (log {log})", flush=True)
@@ -125,10 +129,18 @@ def train(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path,
 
 
 def passes(results: Path, sources: dict[str, str]) -> dict[str, dict[str, dict[int, float]]]:
-    """task set -> task -> attempt number -> 1.0/0.0, graded attempts of one validation."""
+    """task set -> task -> attempt number -> 1.0/0.0, graded attempts of one validation. A verl run's
+    validation has no results.jsonl: its step's summary.json lists the trials, numbered in order per task
+    (verl draws them unseeded, so they pair with nothing)."""
     from rlkit.rollout.passes import read_results
 
     out: dict[str, dict[str, dict[int, float]]] = {name: {} for name in SETS}
+    if not results.is_file() and (results.parent / "summary.json").is_file():
+        for trial in json.loads((results.parent / "summary.json").read_text())["sessions"]:
+            if not trial["masked"]:
+                tasks = out[sources[trial["task_id"]]].setdefault(trial["task_id"], {})
+                tasks[len(tasks)] = 1.0 if trial["reward"] >= 1.0 else 0.0
+        return out
     for r in read_results(results):
         if r.graded and r.attempt is not None:
             out[sources[r.task_id]].setdefault(r.task_id, {})[r.attempt] = 1.0 if r.passed else 0.0
@@ -261,6 +273,37 @@ def collapse_lines(out: Path, exps: list[str], report: dict[str, Any]) -> list[s
     return lines
 
 
+def verl_arm(out: Path, seeds: list[int], lr: str, model: Path, val_index: Path, sources: dict[str, str],
+             args: argparse.Namespace) -> int:
+    """The rl arm through TRAINER=verl (embedded-verl.env with the rl arm's keys): its gain per task set beside
+    the local rl arm's of the same seeds (when run into the same --out). verl's validation is unseeded, so its
+    before and after are unpaired draws; into <out>/learning-verl.json."""
+    from rlkit.rollout.passk import paired_gain_interval, pass1_interval
+
+    for seed in seeds:
+        train(out, f"verl-rl-s{seed}", seed, args, model, val_index, lr, VERL_CONFIG)
+    lines = [(f"# Learning through TRAINER=verl: {len(seeds)} seed(s) x {args.steps} steps, LR {lr}, validation "
+             f"{args.val_n} attempts per task (unpaired before/after); the local rl arm beside it"), "",
+             "| trainer | task set | pass@1 before | pass@1 after | gain |", "|---|---|---|---|---|"]
+    summary: dict[str, Any] = {}
+    for trainer, prefix in (("verl", "verl-rl"), ("local", "rl")):
+        exps = [f"{prefix}-s{seed}" for seed in seeds]
+        if not all((val_dir(out, e, args.steps) / "summary.json").is_file() for e in exps):
+            continue
+        for name in SETS:
+            b = {e: passes(val_dir(out, e, 0) / "results.jsonl", sources)[name] for e in exps}
+            a = {e: passes(val_dir(out, e, args.steps) / "results.jsonl", sources)[name] for e in exps}
+            row = {"before": pass1_interval(b, reps=args.reps), "after": pass1_interval(a, reps=args.reps),
+                   "gain": paired_gain_interval(b, a, reps=args.reps)}
+            summary[f"{trainer}/rl/{name}"] = row
+            lines.append(f"| {trainer} | {name} | {level(row['before'])} | {level(row['after'])} | {fmt(row['gain'])} |")
+    text = "\n".join(lines)
+    print(text)
+    (out / "learning-verl.json").write_text(json.dumps({"seeds": seeds, "steps": args.steps, "lr": lr,
+                                                         "summary": summary, "printed": text}, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -272,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS), help="rl,control (default both; one alone only runs)")
     parser.add_argument("--temps", default="0.6,0",
                         help="the warm start's other temperatures for the temperature control ('' for none)")
+    parser.add_argument("--trainer", choices=("local", "verl"), default="local",
+                        help="verl: the rl arm through embedded-verl.env (verl's main_ppo) beside the local one")
     parser.add_argument("--lr-sweep", default="", help="multiples of the rl arm's LR to train too, e.g. 3,10")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
@@ -287,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     model, val_index = prepare(out)
     sources = {r.task_id: next(k for k, v in SETS.items() if v == r.data_source) for r in load_index(val_index)}
     started = time.perf_counter()
+    if args.trainer == "verl":
+        return verl_arm(out, seeds, lr, model, val_index, sources, args)
     arms = [a for a in ARMS if a in args.arms.split(",")]
     sweep = [m for m in args.lr_sweep.split(",") if m]
     temps = [t for t in args.temps.split(",") if t]
