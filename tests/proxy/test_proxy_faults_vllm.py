@@ -43,7 +43,14 @@ def own_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                          "return_token_ids": True, "ignore_eos": True, "temperature": 1.0})
         yield server
         with contextlib.suppress(ProcessLookupError, TypeError):
-            os.kill(server.process.pid, signal.SIGCONT)  # never leave it stopped
+            os.kill(api_pid(server), signal.SIGCONT)  # never leave it stopped
+
+
+def api_pid(server: Any) -> int:
+    """vLLM's API server: the one child of the supervisor that ties it to its owner (`server.process`)."""
+    from rlkit.launch.vllm import supervised_pid
+
+    return supervised_pid(server.process.pid)
 
 
 @contextlib.asynccontextmanager
@@ -56,11 +63,12 @@ async def proxy_for(server: Any, **config: Any) -> AsyncIterator[tuple[ProxyServ
 
 @contextlib.contextmanager
 def stopped(server: Any) -> Iterator[None]:
-    os.kill(server.process.pid, signal.SIGSTOP)
+    pid = api_pid(server)
+    os.kill(pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        os.kill(server.process.pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGCONT)
 
 
 async def running_requests(server: Any) -> float:
@@ -161,7 +169,7 @@ def test_killing_vllm_makes_health_unhealthy_and_the_probe_refuses(own_vllm: Any
             assert (await asyncio.to_thread(probe_proxy, proxy.url, "tiny", pid=os.getpid()))["status"] == "ok"
             healthy = (await client.get("/health")).json()
             assert healthy["backends"][0]["max_model_len"] == own_vllm.config.max_model_len
-            os.kill(own_vllm.process.pid, signal.SIGKILL)
+            os.kill(api_pid(own_vllm), signal.SIGKILL)
             killed_at = time.monotonic()
             for _ in range(100):
                 health = await client.get("/health")
