@@ -240,6 +240,13 @@ class VllmServer:
         """This server's scratch folder (caches, sockets, temp files)."""
         return self.config.scratch_dir / f"{self.config.exp_name}_{self.port}"
 
+    @property
+    def server_pid(self) -> int | None:
+        """vLLM's API server's pid (the one to signal or probe): behind the supervisor, the supervisor's child."""
+        if self.process is None:
+            return None
+        return supervised_pid(self.process.pid) if self.config.die_with_parent else self.process.pid
+
     def leftovers(self) -> list[Path]:
         """Folders that outlive the server if it is killed: its scratch folder and short TMPDIR."""
         return [self.scratch, *([self._short_tmp] if self._short_tmp else [])]

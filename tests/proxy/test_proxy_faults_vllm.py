@@ -43,14 +43,7 @@ def own_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                          "return_token_ids": True, "ignore_eos": True, "temperature": 1.0})
         yield server
         with contextlib.suppress(ProcessLookupError, TypeError):
-            os.kill(api_pid(server), signal.SIGCONT)  # never leave it stopped
-
-
-def api_pid(server: Any) -> int:
-    """vLLM's API server: the one child of the supervisor that ties it to its owner (`server.process`)."""
-    from rlkit.launch.vllm import supervised_pid
-
-    return supervised_pid(server.process.pid)
+            os.kill(server.server_pid, signal.SIGCONT)  # never leave it stopped
 
 
 @contextlib.asynccontextmanager
@@ -63,7 +56,7 @@ async def proxy_for(server: Any, **config: Any) -> AsyncIterator[tuple[ProxyServ
 
 @contextlib.contextmanager
 def stopped(server: Any) -> Iterator[None]:
-    pid = api_pid(server)
+    pid = server.server_pid
     os.kill(pid, signal.SIGSTOP)
     try:
         yield
@@ -169,7 +162,7 @@ def test_killing_vllm_makes_health_unhealthy_and_the_probe_refuses(own_vllm: Any
             assert (await asyncio.to_thread(probe_proxy, proxy.url, "tiny", pid=os.getpid()))["status"] == "ok"
             healthy = (await client.get("/health")).json()
             assert healthy["backends"][0]["max_model_len"] == own_vllm.config.max_model_len
-            os.kill(api_pid(own_vllm), signal.SIGKILL)
+            os.kill(own_vllm.server_pid, signal.SIGKILL)
             killed_at = time.monotonic()
             for _ in range(100):
                 health = await client.get("/health")
