@@ -88,7 +88,8 @@ def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: 
     overrides = {**dict(kv.split("=", 1) for kv in args.set),
                  "EXP_NAME": exp, "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
                  "MODEL_PATH": str(model), "VAL_FILES": str(val_index), "VAL_N": str(args.val_n),
-                 "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.steps), "TRAINER_SAVE_FREQ": "-1",
+                 "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.val_freq or args.steps),
+                 "TRAINER_SAVE_FREQ": str(args.steps),  # the last step's policy, judged at low temperature too
                  "RESUME_MODE": "disable"}
     lines = []
     for line in config.read_text().splitlines():
@@ -158,24 +159,35 @@ def rewards_per_step(jsonl: Path) -> dict[int, float]:
 
 
 def temperature_control(out: Path, seed: int, temperature: str, args: argparse.Namespace, model: Path,
-                        val_index: Path) -> Path:
-    """The warm start's validation attempts at another temperature: `rlkit eval` with the rl run's config
-    and seed, so attempt j of task t is drawn as validation draws it. Skipped when done; its results file."""
-    out_dir = out / "temperature" / f"t{temperature}-s{seed}"
+                        val_index: Path, tag: str = "") -> Path:
+    """A policy's validation attempts at another temperature: `rlkit eval` with the rl run's config and
+    seed, so attempt j of task t is drawn as validation draws it. The warm start by default; with a tag,
+    the policy of that run's last step (merged from its checkpoint). Skipped when done; its results file."""
+    name = f"{tag + '-' if tag else ''}t{temperature}-s{seed}"
+    out_dir = out / "temperature" / name
     results = out_dir / "results.jsonl"
     if (out_dir / "eval_results.json").is_file():
         return results
     config = run_config(out, f"rl-s{seed}", seed, args, model, val_index, "0")
-    log = out / "logs" / f"t{temperature}-s{seed}.out"
-    print(f"… warm start at temperature {temperature}, seed {seed} (log {log})", flush=True)
+    log = out / "logs" / f"{name}.out"
+    print(f"… {tag or 'warm start'} at temperature {temperature}, seed {seed} (log {log})", flush=True)
     with log.open("w") as sink:
         proc = subprocess.run([*RLKIT, "eval", str(model), str(val_index), "-k", str(args.val_n), "--config",
                                str(config), "--temperature", temperature, "--seed", str(seed), "-o", str(out_dir),
-                               "--project", "learning-temperature", "--experiment", f"t{temperature}-s{seed}"],
+                               "--project", "learning-temperature", "--experiment", name],
                               cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"temperature control t{temperature}-s{seed} failed (exit {proc.returncode}); see {log}")
+        raise SystemExit(f"temperature control {name} failed (exit {proc.returncode}); see {log}")
     return results
+
+
+def trained_policy(out: Path, exp: str, steps: int) -> Path:
+    """The run's last-step policy as a Hugging Face folder (`rlkit ckpt merge`, cached beside the checkpoint)."""
+    step_dir = out / "runs" / "checkpoints" / "embedded" / exp / f"global_step_{steps}"
+    target = step_dir / "merged_hf"
+    if not (target / "config.json").is_file():
+        sh([*RLKIT, "ckpt", "merge", str(step_dir), "-o", str(target)], stdout=subprocess.DEVNULL)
+    return target
 
 
 def fmt(interval: tuple[float | None, float | None, float | None]) -> str:
@@ -230,6 +242,24 @@ def temperature_rows(out: Path, seeds: list[int], temps: list[str], by_arm: dict
         gain = paired_gain_interval(at[best], by_arm["rl"]["after"][name], reps=args.reps)
         summary[f"rl_beyond_temperature/{name}"] = {"gain": gain, "temperature": best}
         lines.append(f"| rl after - warm start at {best} (the best) | {name} | {fmt(gain)} |")
+        # The trained policy at each temperature too: both sides at their best temperature, the same attempts.
+        after_at = {"1.0": by_arm["rl"]["after"][name]}
+        for temperature in temps:
+            if all((out / "temperature" / f"rl-t{temperature}-s{seed}" / "results.jsonl").is_file() for seed in seeds):
+                after_at[temperature] = {f"rl-s{seed}": passes(out / "temperature" / f"rl-t{temperature}-s{seed}"
+                                                               / "results.jsonl", sources)[name] for seed in seeds}
+        for temperature, groups in after_at.items():
+            if temperature == "1.0":
+                continue
+            row = {"pass1": pass1_interval(groups, reps=args.reps),
+                   "gain": paired_gain_interval(at[temperature], groups, reps=args.reps)}
+            summary[f"rl_at_temperature/{temperature}/{name}"] = row
+            lines.append(f"| rl after at {temperature} - warm start at {temperature} | {name} | {fmt(row['gain'])} |")
+        rl_best = max(after_at, key=lambda t: pass1(after_at[t]) or 0.0)
+        gain = paired_gain_interval(at[best], after_at[rl_best], reps=args.reps)
+        summary[f"rl_best_beyond_temperature/{name}"] = {"gain": gain, "temperature": rl_best,
+                                                        "warm_start_temperature": best}
+        lines.append(f"| rl after at {rl_best} (its best) - warm start at {best} (its best) | {name} | {fmt(gain)} |")
     return lines
 
 
@@ -308,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--val-freq", type=int, default=0,
+                        help="validate every N steps too (default: only before and after)")
     parser.add_argument("--val-n", type=int, default=8, help="validation attempts per task (both task sets)")
     parser.add_argument("--lr", default=None, help="the rl arm's LR (default: the embedded config's)")
     parser.add_argument("--out", type=Path, default=ROOT / ".rlkit" / "bench" / "learning")
@@ -344,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
             train(out, f"rl-x{multiple}-s{seed}", seed, args, model, val_index, f"{float(lr) * float(multiple):g}")
         for temperature in temps:
             temperature_control(out, seed, temperature, args, model, val_index)
+            if "rl" in arms:  # the trained policy at the same temperature: what RL adds beyond sharpening
+                temperature_control(out, seed, temperature, args, trained_policy(out, f"rl-s{seed}", args.steps),
+                                    val_index, tag="rl")
     if arms != list(ARMS):
         print(f"ran {', '.join(arms)} only: no comparison")
         return 0

@@ -1,0 +1,52 @@
+"""bench/learning.py's temperature control: the warm start's best temperature against RL's pass@1 after, and the
+trained policy judged at the same temperatures (both sides at their best)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tests.fixtures.scripts import load_script
+
+SOURCES = {"lru-cache-recency": "train", "calc-power-unary": "heldout"}  # task -> set
+
+
+def write_results(folder: Path, rewards: dict[str, list[float]]) -> Path:
+    folder.mkdir(parents=True)
+    lines = [{"task_id": t, "session": f"{t}__{i}", "outcome": "passed" if r else "failed_tests", "reward": r,
+              "attempts": 1, "trial_dir": str(folder), "attempt": i} for t, rs in rewards.items() for i, r in enumerate(rs)]
+    (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder / "results.jsonl"
+
+
+def test_rl_is_judged_beyond_the_warm_starts_best_temperature_and_at_that_temperature_itself(tmp_path: Path) -> None:
+    learning = load_script("bench/learning.py")
+    held = {"calc-power-unary": [0.0] * 4}
+    # warm start: 1 of 4 at 1.0, 2 of 4 greedy (the best); rl after: 2 of 4 at 1.0, 4 of 4 greedy
+    before = learning.passes(write_results(tmp_path / "v0", {"lru-cache-recency": [1, 0, 0, 0], **held}), SOURCES)
+    after = learning.passes(write_results(tmp_path / "v8", {"lru-cache-recency": [1, 1, 0, 0], **held}), SOURCES)
+    write_results(tmp_path / "temperature" / "t0-s0", {"lru-cache-recency": [1, 1, 0, 0], **held})
+    write_results(tmp_path / "temperature" / "rl-t0-s0", {"lru-cache-recency": [1, 1, 1, 1], **held})
+    by_arm = {"rl": {"before": {s: {"rl-s0": before[s]} for s in before}, "after": {s: {"rl-s0": after[s]} for s in after}}}
+    summary: dict = {}
+    lines = learning.temperature_rows(tmp_path, [0], ["0"], by_arm, SOURCES, summary, argparse.Namespace(reps=200))
+    assert summary["temperature/0/train"]["pass1"][0] == 0.5
+    assert summary["rl_beyond_temperature/train"]["temperature"] == "0"
+    assert summary["rl_beyond_temperature/train"]["gain"][0] == 0.0  # 0.5 at 1.0 against the start's greedy 0.5
+    assert summary["rl_at_temperature/0/train"]["gain"][0] == 0.5  # greedy 0.5 -> 1.0: the same attempts
+    best = summary["rl_best_beyond_temperature/train"]
+    assert best["gain"][0] == 0.5 and best["temperature"] == "0" and best["warm_start_temperature"] == "0"
+    assert any("rl after at 0 (its best) - warm start at 0 (its best)" in line for line in lines)
+
+
+def test_without_the_trained_policys_evaluations_only_the_warm_starts_rows_are_written(tmp_path: Path) -> None:
+    learning = load_script("bench/learning.py")
+    rows = {"lru-cache-recency": [1, 0, 0, 0], "calc-power-unary": [0.0] * 4}
+    res = learning.passes(write_results(tmp_path / "v", rows), SOURCES)
+    write_results(tmp_path / "temperature" / "t0-s0", rows)
+    by_arm = {"rl": {"before": {s: {"rl-s0": res[s]} for s in res}, "after": {s: {"rl-s0": res[s]} for s in res}}}
+    summary: dict = {}
+    learning.temperature_rows(tmp_path, [0], ["0"], by_arm, SOURCES, summary, argparse.Namespace(reps=200))
+    assert "rl_at_temperature/0/train" not in summary
+    assert summary["rl_best_beyond_temperature/train"]["temperature"] == "1.0"
