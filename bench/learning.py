@@ -17,7 +17,10 @@ changes (the server, the machine, the sandboxes), not the sampler's luck.
 Beside the two arms, a temperature control: the warm start evaluated (`rlkit eval`, the same
 seeded attempts as validation) at each of --temps (default 0.6 and 0, greedy) besides the run's own
 temperature (1.0: the rl arm's step-0 validation). Sharpening a distribution is what a lower
-temperature gives for free, so RL's gain must clear the best of these too.
+temperature gives for free, so RL's gain must clear the best of these too. The rl arm's last-step
+policy (its checkpoint, merged to HF) is evaluated at the same temperatures, so both sides can be
+compared at their best (`rl_at_temperature/<T>/<set>`, `rl_best_beyond_temperature/<set>`).
+--val-freq N validates every N steps as well (a 16-step stability run read at 0, 8 and 16).
 
 Reported per arm, pooled over seeds: pass@1 before and after on each task set and the paired
 gain, each with a 95% percentile bootstrap over seeds, tasks and attempts; then RL's gain beyond
@@ -33,7 +36,8 @@ printed goes to <out>/learning.json. A run that finished is not run again (delet
 --trainer verl trains the rl arm through TRAINER=verl (examples/configs/embedded-verl.env, verl's own
 main_ppo) as `verl-rl-s<seed>` and sets its gain beside the local rl arm's (<out>/learning-verl.json).
 
-    python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--temps 0.6,0] [--lr-sweep 3,10]
+    python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--val-freq N] [--temps 0.6,0]
+                             [--lr-sweep 3,10] [--arms rl,control] [--set KEY=VALUE]
                              [--trainer local|verl] [--out .rlkit/bench/learning]
 """
 
