@@ -284,12 +284,14 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, by_arm: d
                 before[exp] = passes(val_dir(out, exp, 0) / "results.jsonl", sources)[name]
                 after[exp] = passes(val_dir(out, exp, args.steps) / "results.jsonl", sources)[name]
             gain = paired_gain_interval(before, after, reps=args.reps)
-            control = summary[f"control/{name}"]["gain"]
-            holds = gain[0] is not None and control[1] is not None and gain[0] >= min(0.0, control[1])
+            control = summary.get(f"control/{name}", {}).get("gain", (None, None, None))
+            # without the control (--arms ''): a fall below zero cannot be told from noise; say so, not "yes"
+            holds = None if control[1] is None else gain[0] is not None and gain[0] >= min(0.0, control[1])
             summary[f"lr_sweep/x{multiple}/{name}"] = {"gain": gain, "lr": f"{float(lr) * float(multiple):g}",
                                                       "holds": holds}
+            verdict = "n/a (no control)" if holds is None else "yes" if holds else "NO"
             lines.append(f"| {float(lr) * float(multiple):g} (x{multiple}) | {name} | {fmt(gain)} | {fmt(control)} | "
-                         f"{'yes' if holds else 'NO'} |")
+                         f"{verdict} |")
     return lines
 
 
@@ -384,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                 temperature_control(out, seed, temperature, args, trained_policy(out, f"rl-s{seed}", args.steps),
                                     val_index, tag="rl")
     if arms != list(ARMS):
-        print(f"ran {', '.join(arms)} only: no comparison")
+        if sweep:  # the sweep's own gains still read (a 16-step stability run alone)
+            print("\n".join(sweep_rows(out, seeds, sweep, lr, {}, sources, {}, args)))
+        print(f"ran {', '.join(arms) or 'the sweep'} only: no comparison with the control")
         return 0
 
     runs, by_arm = [], {arm: {"before": {s: {} for s in SETS}, "after": {s: {} for s in SETS}} for arm in ARMS}
