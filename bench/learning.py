@@ -267,8 +267,8 @@ def temperature_rows(out: Path, seeds: list[int], temps: list[str], by_arm: dict
     return lines
 
 
-def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, by_arm: dict[str, Any],
-               sources: dict[str, str], summary: dict[str, Any], args: argparse.Namespace) -> list[str]:
+def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: dict[str, str],
+               summary: dict[str, Any], args: argparse.Namespace) -> list[str]:
     """The rl arm at larger LRs: its gain, and whether it ends no lower than the control's interval allows."""
     from rlkit.rollout.passk import paired_gain_interval
 
@@ -277,6 +277,7 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, by_arm: d
     lines = ["", (f"LR sweep ({args.steps} steps): holds = gains, or loses no more than the control's 95% "
              "interval reaches below zero"), "", "| LR | task set | gain | control's gain | holds |", "|---|---|---|---|---|"]
     for multiple in sweep:
+        sweep_lr = f"{float(lr) * float(multiple):g}"
         for name in SETS:
             before, after = {}, {}
             for seed in seeds:
@@ -287,11 +288,9 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, by_arm: d
             control = summary.get(f"control/{name}", {}).get("gain", (None, None, None))
             # without the control (--arms ''): a fall below zero cannot be told from noise; say so, not "yes"
             holds = None if control[1] is None else gain[0] is not None and gain[0] >= min(0.0, control[1])
-            summary[f"lr_sweep/x{multiple}/{name}"] = {"gain": gain, "lr": f"{float(lr) * float(multiple):g}",
-                                                      "holds": holds}
+            summary[f"lr_sweep/x{multiple}/{name}"] = {"gain": gain, "lr": sweep_lr, "holds": holds}
             verdict = "n/a (no control)" if holds is None else "yes" if holds else "NO"
-            lines.append(f"| {float(lr) * float(multiple):g} (x{multiple}) | {name} | {fmt(gain)} | {fmt(control)} | "
-                         f"{verdict} |")
+            lines.append(f"| {sweep_lr} (x{multiple}) | {name} | {fmt(gain)} | {fmt(control)} | {verdict} |")
     return lines
 
 
@@ -387,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                                     val_index, tag="rl")
     if arms != list(ARMS):
         if sweep:  # the sweep's own gains still read (a 16-step stability run alone)
-            print("\n".join(sweep_rows(out, seeds, sweep, lr, {}, sources, {}, args)))
+            print("\n".join(sweep_rows(out, seeds, sweep, lr, sources, {}, args)))
         print(f"ran {', '.join(arms) or 'the sweep'} only: no comparison with the control")
         return 0
 
@@ -435,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         summary[f"rl_beyond_control/{name}"] = {"gain": row}
         lines.append(f"| rl - control | {name} | | | {fmt(row)} |")
     lines += temperature_rows(out, seeds, temps, by_arm, sources, summary, args)
-    lines += sweep_rows(out, seeds, sweep, lr, by_arm, sources, summary, args)
+    lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
 
     steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})
     lines += ["", "Reward per training step (critic/rewards/mean over the step's graded trials):", "",

@@ -60,11 +60,11 @@ def test_the_lr_sweep_reads_without_the_control_and_says_it_cannot_judge(tmp_pat
     write_results(trials / "rl-x10-s0_val" / "step_0", {"lru-cache-recency": [1, 1, 0, 0], **held})
     write_results(trials / "rl-x10-s0_val" / "step_16", {"lru-cache-recency": [0, 0, 0, 0], **held})
     summary: dict = {}
-    lines = learning.sweep_rows(tmp_path, [0], ["10"], "3e-4", {}, SOURCES, summary,
+    lines = learning.sweep_rows(tmp_path, [0], ["10"], "3e-4", SOURCES, summary,
                                 argparse.Namespace(reps=200, steps=16))
     row = summary["lr_sweep/x10/train"]
     assert row["gain"][0] == -0.5 and row["lr"] == "0.003" and row["holds"] is None
     assert any(line.startswith("| 0.003 (x10) | train | -0.500") and "n/a (no control)" in line for line in lines)
     summary["control/train"] = {"gain": (0.0, -0.1, 0.1)}
-    learning.sweep_rows(tmp_path, [0], ["10"], "3e-4", {}, SOURCES, summary, argparse.Namespace(reps=200, steps=16))
+    learning.sweep_rows(tmp_path, [0], ["10"], "3e-4", SOURCES, summary, argparse.Namespace(reps=200, steps=16))
     assert summary["lr_sweep/x10/train"]["holds"] is False
