@@ -72,6 +72,7 @@ def dry_run_text(resolved: ResolvedConfig) -> str:
 
 def run_trainer(resolved: ResolvedConfig, *, console: Any = None) -> None:
     """The trainer TRAINER names, in this process; raises `TrainerFailed` when it exits non-zero."""
+    from rlkit.monitor.collapse_watch import CollapseWatch
     from rlkit.registry import import_string
 
     name = resolved.config.TRAINER.value
@@ -82,10 +83,24 @@ def run_trainer(resolved: ResolvedConfig, *, console: Any = None) -> None:
                                  fix="TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / "
                                      "DRY_RUN=1")
     runner = import_string(target)
-    code = runner(resolved, console=console) if name == "local" else runner(resolved)  # type: ignore[operator]
+    with CollapseWatch(resolved.run_paths(), _announce(resolved.run_paths())):
+        code = runner(resolved, console=console) if name == "local" else runner(resolved)  # type: ignore[operator]
     code = int(code)
     if code:
         raise TrainerFailed(f"the {name} trainer exited with code {code}", returncode=code)
+
+
+def _announce(paths: RunPaths) -> Callable[[Any], None]:
+    """A collapse named while the trainer runs: printed on its console and kept in logs/<exp>.log."""
+    from rlkit.monitor.collapse_watch import collapse_lines
+    from rlkit.train.runlog import note_lines
+
+    def announce(found: Any) -> None:
+        lines = collapse_lines(found)
+        print("\n".join(lines), flush=True)
+        note_lines(paths, lines)
+
+    return announce
 
 
 def train_resolved(resolved: ResolvedConfig, *, console: Any = None,

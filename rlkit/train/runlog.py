@@ -36,6 +36,7 @@ from rlkit.config.paths import RunPaths
 OWN_BACKENDS = ("console", "file")
 ATTEMPT_EVENT = "attempt"
 CONSOLE_ATTEMPT_PREFIX = "[rlkit] attempt "
+NOTE_PREFIX = "[rlkit] "
 
 
 def console_line(step: int, data: Mapping[str, Any]) -> str:
@@ -144,6 +145,14 @@ def mark_attempt_files(paths: RunPaths, from_step: int, total_steps: int | None,
         with path.open("a") as out:
             out.write(text + "\n")
     return attempt
+
+
+def note_lines(paths: RunPaths, lines: list[str]) -> None:
+    """Lines of rlkit's own (a collapse named while it happens) appended to logs/<exp>.log as `[rlkit] ...`,
+    in one write, beside the trainer's step lines; readers of step lines pass them by."""
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    with paths.console_log.open("a") as out:
+        out.write("".join(f"{NOTE_PREFIX}{line}\n" for line in lines))
 
 
 def _jsonl_lines(path: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,71 @@
+"""The collapse named on the trainer's own console while it runs (rlkit.monitor.collapse_watch), and kept in
+logs/<exp>.log: fed the crafted collapsing and healthy runs of tests/monitor/fixtures/collapsing.py."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from rlkit.config.paths import RunPaths
+from rlkit.monitor.collapse_watch import CollapseWatch
+from tests.monitor.fixtures import collapsing
+
+
+def test_a_collapse_is_named_once_and_again_only_after_it_cleared(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path, "embedded", "fx")
+    named: list = []
+    watch = CollapseWatch(paths, named.append)
+    collapsing.write_run(tmp_path, "fx", "healthy")
+    assert watch.check() is None and named == []
+    collapsing.write_run(tmp_path, "fx", "entropy_rise")
+    found = watch.check()
+    assert found is not None and found.kind == "entropy_rise" and named == [found]
+    with paths.console_log.open("a") as out:  # the next step's line: the same collapse, not named again
+        out.write("step:17 - critic/score/mean:0.0\n")
+    assert watch.check() is None and len(named) == 1
+    collapsing.write_run(tmp_path, "fx", "healthy")
+    assert watch.check() is None  # cleared
+    collapsing.write_run(tmp_path, "fx", "agent_error")
+    again = watch.check()
+    assert again is not None and again.outcome == "agent_error" and len(named) == 2
+
+
+def test_the_watch_polls_on_its_own_thread_and_reads_the_last_steps_on_exit(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path, "embedded", "fx")
+    named: list = []
+    with CollapseWatch(paths, named.append, poll_s=0.05):
+        collapsing.write_run(tmp_path, "fx", "entropy_rise")
+    assert [c.kind for c in named] == ["entropy_rise"]
+
+
+@pytest.mark.parametrize("kind, named", [("entropy_rise", True), ("healthy", False)])
+def test_the_trainer_console_and_log_name_a_collapse_with_a_stand_in_trainer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str,
+        named: bool) -> None:
+    """rlkit.api's run_trainer around a stand-in trainer (a function that writes a crafted run's files, as a
+    trainer's steps would): the collapse lines on stdout and as `[rlkit] ...` lines in logs/<exp>.log."""
+    from rlkit.api import training
+
+    def stand_in_trainer(resolved, console=None) -> int:
+        collapsing.write_run(tmp_path, "fx", kind)
+        return 0
+
+    module = types.ModuleType("stand_in_trainer_mod")
+    module.train = stand_in_trainer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "stand_in_trainer_mod", module)
+    monkeypatch.setitem(training.RUNNERS, "local", "stand_in_trainer_mod:train")
+    paths = RunPaths(tmp_path, "embedded", "fx")
+    resolved = types.SimpleNamespace(config=types.SimpleNamespace(TRAINER=types.SimpleNamespace(value="local")),
+                                     run_paths=lambda: paths)
+    training.run_trainer(resolved)  # type: ignore[arg-type]
+    out, log = capsys.readouterr().out, paths.console_log.read_text() if paths.console_log.exists() else ""
+    if named:
+        assert "✗ collapse: reward falls while entropy rises" in out
+        assert "entropy 0.133 → 0.485" in out and "try: lower the learning rate" in out
+        assert "[rlkit] ✗ collapse: reward falls while entropy rises" in log
+        assert "[rlkit]   try: lower the learning rate" in log
+    else:
+        assert "collapse" not in out and "[rlkit] ✗" not in log
