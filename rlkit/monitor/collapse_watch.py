@@ -42,7 +42,7 @@ class CollapseWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=self.poll_s + 5)
-        self.check()  # the last steps, logged after the last poll
+        self._safe_check()  # the last steps, logged after the last poll
 
     def _sizes(self) -> tuple[int, ...]:
         out = []
@@ -74,9 +74,13 @@ class CollapseWatch:
         self.on_found(found)
         return found
 
+    def _safe_check(self) -> bool:
+        try:
+            self.check()
+        except Exception:  # noqa: BLE001 - a warning must never stop or fail the trainer it watches
+            return False
+        return True
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            try:
-                self.check()
-            except Exception:  # noqa: BLE001 - a warning must never stop the trainer it watches
-                return
+        while not self._stop.wait(self.poll_s) and self._safe_check():
+            pass

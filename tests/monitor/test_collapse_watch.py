@@ -69,3 +69,16 @@ def test_the_trainer_console_and_log_name_a_collapse_with_a_stand_in_trainer(
         assert "[rlkit]   try: lower the learning rate" in log
     else:
         assert "collapse" not in out and "[rlkit] ✗" not in log
+
+
+def test_a_watch_that_fails_never_fails_the_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkit.monitor import collapse_watch
+
+    def broken(_paths):
+        raise KeyError("a file the rule did not expect")
+
+    monkeypatch.setattr(collapse_watch, "collapse_of", broken)
+    collapsing.write_run(tmp_path, "fx", "entropy_rise")
+    with CollapseWatch(RunPaths(tmp_path, "embedded", "fx"), lambda _: None, poll_s=0.01) as watch:
+        pass
+    assert watch.named == []
