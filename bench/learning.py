@@ -35,6 +35,8 @@ step (a table and a PNG, one line per seed and arm) and the wall time of every r
 printed goes to <out>/learning.json. A run that finished is not run again (delete its folder).
 --trainer verl trains the rl arm through TRAINER=verl (examples/configs/embedded-verl.env, verl's own
 main_ppo) as `verl-rl-s<seed>` and sets its gain beside the local rl arm's (<out>/learning-verl.json).
+Seeds can run as parallel processes into one --out (each `--seeds N`; each process takes a free proxy port
+unless --set PROXY_PORT=... names one); a last `--seeds 0,1,2` call skips the finished runs and pools them.
 
     python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--val-freq N] [--temps 0.6,0]
                              [--lr-sweep 3,10] [--arms rl,control] [--set KEY=VALUE]
@@ -84,6 +86,21 @@ def prepare(out: Path) -> tuple[Path, Path]:
     rows += [r.model_copy(update={"data_source": SETS["heldout"]}) for r in load_index(indexes / "val.parquet")]
     both = write_index(rows, out / "val_both.parquet")
     return ROOT / ".rlkit" / "models" / "tiny-qwen3-sft", both
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now: this bench process's proxy port (the config's fixed one would
+    clash with a second bench process or a run beside it)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def with_proxy_port(sets: list[str]) -> list[str]:
+    """--set as given, with a free PROXY_PORT unless one is given: seeds run as parallel processes need none."""
+    return sets if any(kv.startswith("PROXY_PORT=") for kv in sets) else [*sets, f"PROXY_PORT={free_port()}"]
 
 
 def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
@@ -358,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
     args = parser.parse_args(argv)
+    args.set = with_proxy_port(args.set)
     from rlkit.config.resolve import resolve
     from rlkit.rollout.passk import paired_gain_interval, pass1_interval
     from rlkit.tasks.index import load_index

@@ -68,3 +68,19 @@ def test_the_lr_sweep_reads_without_the_control_and_says_it_cannot_judge(tmp_pat
     summary["control/train"] = {"gain": (0.0, -0.1, 0.1)}
     learning.sweep_rows(tmp_path, [0], ["10"], "3e-4", SOURCES, summary, argparse.Namespace(reps=200, steps=16))
     assert summary["lr_sweep/x10/train"]["holds"] is False
+
+
+def test_each_bench_process_takes_a_free_proxy_port_unless_one_is_set(tmp_path: Path) -> None:
+    """Seeds run as parallel bench processes must not share the config's fixed PROXY_PORT (✗ FATAL ports)."""
+    import socket
+
+    learning = load_script("bench/learning.py")
+    assert learning.with_proxy_port(["MINI_BSZ=1", "PROXY_PORT=8013"]) == ["MINI_BSZ=1", "PROXY_PORT=8013"]
+    sets = learning.with_proxy_port(["MINI_BSZ=1"])
+    assert sets[0] == "MINI_BSZ=1" and sets[1].startswith("PROXY_PORT=")
+    port = int(sets[1].split("=", 1)[1])
+    with socket.socket() as probe:  # free: a proxy can bind it
+        probe.bind(("127.0.0.1", port))
+    args = argparse.Namespace(set=sets, val_n=8, steps=8, val_freq=0)
+    config = learning.run_config(tmp_path, "rl-s0", 0, args, tmp_path / "model", tmp_path / "val.parquet", "3e-4")
+    assert f"PROXY_PORT={port}" in config.read_text().splitlines()
