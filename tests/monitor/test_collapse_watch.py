@@ -3,6 +3,7 @@ logs/<exp>.log: fed the crafted collapsing and healthy runs of tests/monitor/fix
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from pathlib import Path
@@ -82,3 +83,38 @@ def test_a_watch_that_fails_never_fails_the_trainer(tmp_path: Path, monkeypatch:
     with CollapseWatch(RunPaths(tmp_path, "embedded", "fx"), lambda _: None, poll_s=0.01) as watch:
         pass
     assert watch.named == []
+
+
+def _replay(src: Path, dest: Path) -> list[tuple[int, object]]:
+    """A recorded run's metric lines and step summaries written into `dest` one step at a time, as its trainer
+    wrote them; the watch looks after each step. (step, finding) for each one it named."""
+    import shutil
+
+    exp = "rl-x3-s0"
+    paths = RunPaths(dest, "embedded", exp)
+    paths.logs.mkdir(parents=True)
+    named: list = []
+    watch = CollapseWatch(paths, named.append)
+    found_at: list[tuple[int, object]] = []
+    for line in (src / "logs" / f"{exp}.jsonl").read_text().splitlines():
+        step = json.loads(line).get("step")
+        summary = src / "harbor_trials" / "embedded" / exp / f"step_{step}" / "summary.json"
+        if summary.is_file():
+            (paths.trials / f"step_{step}").mkdir(parents=True)
+            shutil.copy(summary, paths.trials / f"step_{step}" / "summary.json")
+        with paths.jsonl.open("a") as out:
+            out.write(line + "\n")
+        if step and watch.check() is not None:
+            found_at.append((step, named[-1]))
+    return found_at
+
+
+def test_the_real_lr_2_7e_3_run_is_named_at_step_8_and_the_real_lr_9e_4_run_never(tmp_path: Path) -> None:
+    """Recorded runs of the embedded default (tests/monitor/fixtures/README.md): LR 2.7e-3 (9x the default), whose
+    train pass@1 fell 0.321 -> 0.000 as agent_error took over, and LR 9e-4 (3x) for 16 steps, which gained."""
+    fixtures = Path(__file__).parent / "fixtures"
+    found = _replay(fixtures / "collapsing_lr2.7e-3", tmp_path / "x9")
+    assert [step for step, _ in found] == [8]
+    collapse = found[0][1]
+    assert collapse.outcome == "agent_error" and (collapse.before, collapse.after) == pytest.approx((0.1875, 0.0625))
+    assert _replay(fixtures / "gaining_lr9e-4", tmp_path / "x3") == []
