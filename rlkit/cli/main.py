@@ -7,8 +7,13 @@ so `rlkit check` never pays for another command's imports.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+
+# Commands that start sandboxes outside a trainer (whose graceful stop has its own handlers): SIGTERM/SIGHUP stop
+# them as Ctrl-C does, so their trials remove their sandboxes (rlkit.rollout.interrupt).
+RUNS_TRIALS = frozenset({"trial", "rollout", "eval", "sft"})
 
 # command -> (module, one-line help). Sub-commands ("index build") are parsed by the module.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,8 +103,15 @@ def _main(argv: list[str] | None) -> int:
     clean_log_handlers()
 
     module = importlib.import_module(COMMANDS[name][0])
+    if name in RUNS_TRIALS:
+        from rlkit.rollout.interrupt import signals_interrupt
+
+        stop_as_ctrl_c = signals_interrupt()
+    else:
+        stop_as_ctrl_c = contextlib.nullcontext()
     try:
-        return int(module.main(rest) or 0)
+        with stop_as_ctrl_c:
+            return int(module.main(rest) or 0)
     except UserError as exc:
         print(f"✗ FATAL {exc}", file=sys.stderr)
         return 2

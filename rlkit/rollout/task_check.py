@@ -21,15 +21,13 @@ import asyncio
 import json
 import logging
 import os
-import signal
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlkit.rollout.interrupt import signals_interrupt
 from rlkit.rollout.records import Outcome
 from rlkit.rollout.trial import TrialOutcome, TrialSpec, run_trials
 from rlkit.tasks.schema import TASK_CHECK_KEY
@@ -171,25 +169,6 @@ class TaskCheckResult:
                            "oracle_reward": reward(h.oracle), "nop_reward": reward(h.nop)} for h in self.tasks]}
 
 
-@contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop the check as Ctrl-C does (the trials are cancelled, then their sandboxes removed);
-    by default they would end the process with its sandboxes left running."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"stopped by signal {signum}")
-
-    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
-
-
 def _remove_sandboxes(experiment: str) -> None:
     from rlkit.sandbox import labels
     from rlkit.sandbox.docker_api import remove_labelled
@@ -234,7 +213,7 @@ def run_task_check(source: Path, *, concurrency: int = 4, write_index: bool = Fa
             progress(done, total, task_id, what)
 
     experiment = f"tasks-check-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this check's sandboxes, and no others
-    with tempfile.TemporaryDirectory(prefix="rlkit-tasks-check-") as tmp, _signals_interrupt():
+    with tempfile.TemporaryDirectory(prefix="rlkit-tasks-check-") as tmp, signals_interrupt():
         try:
             healths = asyncio.run(check_tasks(specs, trials_root=Path(trials_dir) if trials_dir else Path(tmp),
                                               max_concurrency=concurrency, environment_kwargs=env, progress=step,
