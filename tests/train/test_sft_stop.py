@@ -23,7 +23,7 @@ def _owned(api, pid: int) -> list[dict]:
     return api.containers(all=True, filters={"label": f"rlkit.owner_pid={pid}"})
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_a_stopped_warm_start_leaves_no_sandbox(base_image: str, dockerd: str, tiny_model_dir: Path, tmp_path: Path,
                                                 signum: int) -> None:
     from rlkit.sandbox.docker_api import api_client
