@@ -83,7 +83,8 @@ def run_trainer(resolved: ResolvedConfig, *, console: Any = None) -> None:
                                  fix="TRAINER=local for the embedded trainer, or PREFLIGHT_ONLY=1 / "
                                      "DRY_RUN=1")
     runner = import_string(target)
-    with CollapseWatch(resolved.run_paths(), _announce(resolved.run_paths())):
+    paths = resolved.run_paths()
+    with CollapseWatch(paths, _announce(paths)):
         code = runner(resolved, console=console) if name == "local" else runner(resolved)  # type: ignore[operator]
     code = int(code)
     if code:

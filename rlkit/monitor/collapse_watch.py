@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self
 
 from rlkit.monitor import collapse as collapse_mod
 from rlkit.monitor.status import collapse_of
+
+if TYPE_CHECKING:
+    from rlkit.config.paths import RunPaths
 
 POLL_S = 5.0  # a step takes tens of seconds on the smallest run; the check reads a bounded tail
 
@@ -26,7 +29,7 @@ def collapse_lines(found: collapse_mod.Collapse) -> list[str]:
 class CollapseWatch:
     """Polls a run's metric files on a daemon thread; `on_found(collapse)` for each newly named collapse."""
 
-    def __init__(self, paths: Any, on_found: Callable[[collapse_mod.Collapse], None], *,
+    def __init__(self, paths: RunPaths, on_found: Callable[[collapse_mod.Collapse], None], *,
                  poll_s: float = POLL_S) -> None:
         self.paths, self.on_found, self.poll_s = paths, on_found, poll_s
         self.named: list[collapse_mod.Collapse] = []
