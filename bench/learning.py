@@ -6,7 +6,9 @@ warm-started policy:
 
   rl       the embedded default's learning rate
   control  LR 0: the same trials, steps, updates and weight syncs with the update switched off
-           (AdamW at LR 0 leaves every weight as it was), so what it gains is noise
+           (AdamW at LR 0 leaves every weight as it was), so what it gains is noise. The bench checks
+           that its last policy is the warm start bit for bit (`control_weights_change`); since it is,
+           --control-steps may end the control sooner than the rl arm (its last validation is any step's)
 
 Each run validates at step 0 and at its last step on both task sets: the train tasks and the
 held-out val tasks (one index, each row's data_source naming its set), --val-n attempts each.
@@ -39,7 +41,7 @@ Seeds can run as parallel processes into one --out (each `--seeds N`; each proce
 unless --set PROXY_PORT=... names one); a last `--seeds 0,1,2` call skips the finished runs and pools them.
 
     python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--val-freq N] [--temps 0.6,0]
-                             [--lr-sweep 3,10] [--arms rl,control] [--set KEY=VALUE]
+                             [--lr-sweep 3,10] [--arms rl,control] [--control-steps N] [--set KEY=VALUE]
                              [--trainer local|verl] [--out .rlkit/bench/learning]
 """
 
@@ -104,13 +106,14 @@ def with_proxy_port(sets: list[str]) -> list[str]:
 
 
 def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
-               lr: str, config: Path = CONFIG) -> Path:
+               lr: str, config: Path = CONFIG, steps: int | None = None) -> Path:
     """The embedded default's config with this run's keys replaced (a config is parsed, never sourced)."""
+    steps = steps or args.steps
     overrides = {**dict(kv.split("=", 1) for kv in args.set),
                  "EXP_NAME": exp, "OUTPUT_DIR": str(out / "runs"), "SEED": str(seed), "LR": lr,
                  "MODEL_PATH": str(model), "VAL_FILES": str(val_index), "VAL_N": str(args.val_n),
-                 "TOTAL_STEPS": str(args.steps), "TRAINER_TEST_FREQ": str(args.val_freq or args.steps),
-                 "TRAINER_SAVE_FREQ": str(args.steps),  # the last step's policy, judged at low temperature too
+                 "TOTAL_STEPS": str(steps), "TRAINER_TEST_FREQ": str(args.val_freq or steps),
+                 "TRAINER_SAVE_FREQ": str(steps),  # the last step's policy, judged at low temperature too
                  "RESUME_MODE": "disable"}
     lines = []
     for line in config.read_text().splitlines():
@@ -130,15 +133,16 @@ def val_dir(out: Path, exp: str, step: int) -> Path:
 
 
 def train(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
-          lr: str, base: Path = CONFIG) -> float | None:
+          lr: str, base: Path = CONFIG, steps: int | None = None) -> float | None:
     """One run (skipped when its last validation is on disk); its wall seconds."""
-    last = val_dir(out, exp, args.steps)
+    steps = steps or args.steps
+    last = val_dir(out, exp, steps)
     if (last / "eval.json").is_file() or (base == VERL_CONFIG and (last / "summary.json").is_file()):
         return None
-    config = run_config(out, exp, seed, args, model, val_index, lr, base)
+    config = run_config(out, exp, seed, args, model, val_index, lr, base, steps)
     log = out / "logs" / f"{exp}.out"
     log.parent.mkdir(parents=True, exist_ok=True)
-    print(f"… {exp}: training {args.steps} steps (log {log})", flush=True)
+    print(f"… {exp}: training {steps} steps (log {log})", flush=True)
     started = time.perf_counter()
     with log.open("w") as sink:
         proc = subprocess.run([*RLKIT, "train", str(config)], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
@@ -209,6 +213,16 @@ def trained_policy(out: Path, exp: str, steps: int) -> Path:
     if not (target / "config.json").is_file():
         sh([*RLKIT, "ckpt", "merge", str(step_dir), "-o", str(target)], stdout=subprocess.DEVNULL)
     return target
+
+
+def weights_change(policy: Path, start: Path) -> float:
+    """The largest absolute difference between two HF folders' weights: 0.0 for a control whose update was off."""
+    from safetensors.torch import load_file
+
+    after, before = load_file(str(policy / "model.safetensors")), load_file(str(start / "model.safetensors"))
+    if set(after) != set(before):
+        raise SystemExit(f"{policy} and {start} hold different tensors")
+    return max(float((after[k].float() - before[k].float()).abs().max()) for k in after)
 
 
 def fmt(interval: tuple[float | None, float | None, float | None]) -> str:
@@ -371,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the warm start's other temperatures for the temperature control ('' for none)")
     parser.add_argument("--trainer", choices=("local", "verl"), default="local",
                         help="verl: the rl arm through embedded-verl.env (verl's main_ppo) beside the local one")
+    parser.add_argument("--control-steps", type=int, default=None,
+                        help="the control arm's steps (default --steps). Its weights never change (checked: "
+                             "control_weights_change in the summary), so its last validation is any step's")
     parser.add_argument("--lr-sweep", default="", help="multiples of the rl arm's LR to train too, e.g. 3,10")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
@@ -392,9 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     arms = [a for a in ARMS if a in args.arms.split(",")]
     sweep = [m for m in args.lr_sweep.split(",") if m]
     temps = [t for t in args.temps.split(",") if t]
+    arm_steps = {"rl": args.steps, "control": args.control_steps or args.steps}
     for seed in seeds:
         for arm in arms:
-            train(out, f"{arm}-s{seed}", seed, args, model, val_index, lr if arm == "rl" else "0")
+            train(out, f"{arm}-s{seed}", seed, args, model, val_index, lr if arm == "rl" else "0",
+                  steps=arm_steps[arm])
         for multiple in sweep:
             train(out, f"rl-x{multiple}-s{seed}", seed, args, model, val_index, f"{float(lr) * float(multiple):g}")
         for temperature in temps:
@@ -413,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ARMS:
             exp = f"{arm}-s{seed}"
             before = passes(val_dir(out, exp, 0) / "results.jsonl", sources)
-            after = passes(val_dir(out, exp, args.steps) / "results.jsonl", sources)
+            after = passes(val_dir(out, exp, arm_steps[arm]) / "results.jsonl", sources)
             for name in SETS:
                 by_arm[arm]["before"][name][exp] = before[name]
                 by_arm[arm]["after"][name][exp] = after[name]
@@ -422,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                          "wall_s": float(wall_file.read_text()) if wall_file.is_file() else None,
                          "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{exp}.jsonl")})
 
+    control_note = f" ({arm_steps['control']} steps)" if arm_steps["control"] != args.steps else ""
     title = (f"# Learning: {len(seeds)} seeds x {args.steps} steps of the embedded default (LR {lr}) vs a "
-             f"control (LR 0) and the warm start at temperatures {', '.join(['1.0', *temps])}; validation {args.val_n} seeded attempts per task, paired before/after; "
+             f"control (LR 0{control_note}) and the warm start at temperatures {', '.join(['1.0', *temps])}; validation {args.val_n} seeded attempts per task, paired before/after; "
              f"95% bootstrap over seeds, tasks and attempts")
     lines = [title, "",
              "| arm | task set | pass@1 before | pass@1 after | gain (after - before) |", "|---|---|---|---|---|"]
@@ -451,6 +471,13 @@ def main(argv: list[str] | None = None) -> int:
         row = pass1_interval(beyond, reps=args.reps)
         summary[f"rl_beyond_control/{name}"] = {"gain": row}
         lines.append(f"| rl - control | {name} | | | {fmt(row)} |")
+    # The control is a control only if its update did nothing: its last policy against the warm start.
+    change = {f"control-s{seed}": weights_change(trained_policy(out, f"control-s{seed}", arm_steps["control"]), model)
+              for seed in seeds}
+    summary["control_weights_change"] = change
+    lines += ["", f"Control runs, the largest change of any weight after {arm_steps['control']} steps: "
+              + ", ".join(f"{exp} {value:g}" for exp, value in change.items())
+              + (" (the warm start's weights, bit for bit)" if not any(change.values()) else " (NOT a control)")]
     lines += temperature_rows(out, seeds, temps, by_arm, sources, summary, args)
     lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
 

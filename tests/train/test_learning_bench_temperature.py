@@ -84,3 +84,23 @@ def test_each_bench_process_takes_a_free_proxy_port_unless_one_is_set(tmp_path: 
     args = argparse.Namespace(set=sets, val_n=8, steps=8, val_freq=0)
     config = learning.run_config(tmp_path, "rl-s0", 0, args, tmp_path / "model", tmp_path / "val.parquet", "3e-4")
     assert f"PROXY_PORT={port}" in config.read_text().splitlines()
+
+
+def test_a_control_is_checked_to_keep_the_warm_starts_weights_and_may_run_fewer_steps(tmp_path: Path) -> None:
+    """--control-steps: an LR-0 control's weights never change, so the bench reads its last validation at its own
+    step count and says, from the merged weights, whether it really stayed the warm start (max change 0)."""
+    import torch
+    from safetensors.torch import save_file
+
+    learning = load_script("bench/learning.py")
+    start, same, moved = tmp_path / "start", tmp_path / "same", tmp_path / "moved"
+    weights = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.ones(3)}
+    for folder, delta in ((start, 0.0), (same, 0.0), (moved, 0.25)):
+        folder.mkdir()
+        save_file({k: v + delta * (k == "w") for k, v in weights.items()}, str(folder / "model.safetensors"))
+    assert learning.weights_change(same, start) == 0.0
+    assert learning.weights_change(moved, start) == 0.25
+    args = argparse.Namespace(set=["PROXY_PORT=8013"], val_n=8, steps=16, val_freq=0)
+    lines = learning.run_config(tmp_path, "control-s0", 0, args, start, tmp_path / "v.parquet", "0", steps=8)
+    keys = dict(line.split("=", 1) for line in lines.read_text().splitlines() if "=" in line and line[0] != "#")
+    assert (keys["TOTAL_STEPS"], keys["TRAINER_SAVE_FREQ"], keys["TRAINER_TEST_FREQ"], keys["LR"]) == ("8", "8", "8", "0")
