@@ -160,7 +160,7 @@ def passes(results: Path, sources: dict[str, str]) -> dict[str, dict[str, dict[i
     (verl draws them unseeded, so they pair with nothing)."""
     from rlkit.rollout.passes import read_results
 
-    out: dict[str, dict[str, dict[int, float]]] = {name: {} for name in SETS}
+    out: dict[str, dict[str, dict[int, float]]] = {name: {} for name in [*SETS, *sources.values()]}
     if not results.is_file() and (results.parent / "summary.json").is_file():
         for trial in json.loads((results.parent / "summary.json").read_text())["sessions"]:
             if not trial["masked"]:
@@ -184,26 +184,65 @@ def rewards_per_step(jsonl: Path) -> dict[int, float]:
 
 
 def temperature_control(out: Path, seed: int, temperature: str, args: argparse.Namespace, model: Path,
-                        val_index: Path, tag: str = "") -> Path:
+                        val_index: Path, tag: str = "", folder: str = "temperature") -> Path:
     """A policy's validation attempts at another temperature: `rlkit eval` with the rl run's config and
     seed, so attempt j of task t is drawn as validation draws it. The warm start by default; with a tag,
     the policy of that run's last step (merged from its checkpoint). Skipped when done; its results file."""
     name = f"{tag + '-' if tag else ''}t{temperature}-s{seed}"
-    out_dir = out / "temperature" / name
+    out_dir = out / folder / name
     results = out_dir / "results.jsonl"
     if (out_dir / "eval_results.json").is_file():
         return results
-    config = run_config(out, f"rl-s{seed}", seed, args, model, val_index, "0")
-    log = out / "logs" / f"{name}.out"
+    # its own config file: the rl run's (configs/rl-s<seed>.env) stays the record of what trained
+    config = run_config(out, f"{folder}-{name}", seed, args, model, val_index, "0")
+    log = out / "logs" / f"{folder}-{name}.out" if folder != "temperature" else out / "logs" / f"{name}.out"
     print(f"… {tag or 'warm start'} at temperature {temperature}, seed {seed} (log {log})", flush=True)
     with log.open("w") as sink:
         proc = subprocess.run([*RLKIT, "eval", str(model), str(val_index), "-k", str(args.val_n), "--config",
                                str(config), "--temperature", temperature, "--seed", str(seed), "-o", str(out_dir),
-                               "--project", "learning-temperature", "--experiment", name],
+                               "--project", f"learning-{folder}", "--experiment", name],
                               cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"temperature control {name} failed (exit {proc.returncode}); see {log}")
     return results
+
+
+def family_index(out: Path, family: Path) -> Path:
+    """Held-out family members of the train tasks (the same code, other constants and graded data; never
+    trained on) as one index whose rows' data_source is `family`; their images built (cached)."""
+    from rlkit.tasks.index import build_rows, write_index
+
+    sh([*RLKIT, "images", "build", str(family)])
+    rows = [r.model_copy(update={"data_source": "family"}) for r in build_rows(family, "val")]
+    return write_index(rows, out / "family.parquet")
+
+
+def family_rows(out: Path, seeds: list[int], temps: list[str], family: Path, summary: dict[str, Any],
+                args: argparse.Namespace) -> list[str]:
+    """The warm start and the rl arm's last policy on the held-out family members, the same seeded attempts
+    at each temperature: the gain at each, and each side at its best temperature."""
+    from rlkit.rollout.passk import paired_gain_interval, pass1, pass1_interval
+    from rlkit.tasks.index import load_index
+
+    sources = {r.task_id: "family" for r in load_index(out / "family.parquet")}
+    lines = ["", (f"Held-out family members ({family.name}: the train tasks' code with other constants and graded "
+                  "data, never trained on), the same seeded attempts:"), "",
+             "| temperature | warm start pass@1 | rl after pass@1 | rl - warm start |", "|---|---|---|---|"]
+    warm, rl = {}, {}
+    for temperature in ["1.0", *temps]:
+        warm[temperature], rl[temperature] = ({f"s{seed}": passes(out / "family" / f"{side}-t{temperature}-s{seed}"
+                                                                  / "results.jsonl", sources)["family"] for seed in seeds}
+                                              for side in ("warm", "rl"))
+        row = {"warm": pass1_interval(warm[temperature], reps=args.reps), "rl": pass1_interval(rl[temperature], reps=args.reps),
+               "gain": paired_gain_interval(warm[temperature], rl[temperature], reps=args.reps)}
+        summary[f"family/{temperature}"] = row
+        lines.append(f"| {temperature} | {level(row['warm'])} | {level(row['rl'])} | {fmt(row['gain'])} |")
+    best, rl_best = (max(side, key=lambda t: pass1(side[t]) or 0.0) for side in (warm, rl))
+    gain = paired_gain_interval(warm[best], rl[rl_best], reps=args.reps)
+    summary["rl_best_beyond_temperature/family"] = {"gain": gain, "temperature": rl_best,
+                                                    "warm_start_temperature": best}
+    lines.append(f"| rl at {rl_best} (its best) - warm start at {best} (its best) | | | {fmt(gain)} |")
+    return lines
 
 
 def trained_policy(out: Path, exp: str, steps: int) -> Path:
@@ -388,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-steps", type=int, default=None,
                         help="the control arm's steps (default --steps). Its weights never change (checked: "
                              "control_weights_change in the summary), so its last validation is any step's")
+    parser.add_argument("--family", default="",
+                        help="a folder of held-out family members of the train tasks (examples/heldout-family): "
+                             "the warm start and the rl arm's last policy evaluated on them at 1.0 and --temps")
     parser.add_argument("--lr-sweep", default="", help="multiples of the rl arm's LR to train too, e.g. 3,10")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
@@ -409,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     arms = [a for a in ARMS if a in args.arms.split(",")]
     sweep = [m for m in args.lr_sweep.split(",") if m]
     temps = [t for t in args.temps.split(",") if t]
+    family = (ROOT / args.family).resolve() if args.family else None
     arm_steps = {"rl": args.steps, "control": args.control_steps or args.steps}
     for seed in seeds:
         for arm in arms:
@@ -421,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
             if "rl" in arms:  # the trained policy at the same temperature: what RL adds beyond sharpening
                 temperature_control(out, seed, temperature, args, trained_policy(out, f"rl-s{seed}", args.steps),
                                     val_index, tag="rl")
+        if family and "rl" in arms:  # held-out family members: the warm start and the trained policy alike
+            index = family_index(out, family)
+            for temperature in ["1.0", *temps]:
+                temperature_control(out, seed, temperature, args, model, index, tag="warm", folder="family")
+                temperature_control(out, seed, temperature, args, trained_policy(out, f"rl-s{seed}", args.steps),
+                                    index, tag="rl", folder="family")
     if arms != list(ARMS):
         if sweep:  # the sweep's own gains still read (a 16-step stability run alone)
             print("\n".join(sweep_rows(out, seeds, sweep, lr, sources, {}, args)))
@@ -479,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{exp} {value:g}" for exp, value in change.items())
               + (" (the warm start's weights, bit for bit)" if not any(change.values()) else " (NOT a control)")]
     lines += temperature_rows(out, seeds, temps, by_arm, sources, summary, args)
+    if family:
+        lines += family_rows(out, seeds, temps, family, summary, args)
     lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
 
     steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})

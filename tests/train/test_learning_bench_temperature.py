@@ -104,3 +104,27 @@ def test_a_control_is_checked_to_keep_the_warm_starts_weights_and_may_run_fewer_
     lines = learning.run_config(tmp_path, "control-s0", 0, args, start, tmp_path / "v.parquet", "0", steps=8)
     keys = dict(line.split("=", 1) for line in lines.read_text().splitlines() if "=" in line and line[0] != "#")
     assert (keys["TOTAL_STEPS"], keys["TRAINER_SAVE_FREQ"], keys["TRAINER_TEST_FREQ"], keys["LR"]) == ("8", "8", "8", "0")
+
+
+def test_held_out_family_members_are_read_for_both_sides_at_each_temperature(tmp_path: Path) -> None:
+    """--family: the warm start and the trained policy on the held-out family members, paired attempts at each
+    temperature, and each side at its best temperature."""
+    import shutil
+
+    from rlkit.tasks.index import build_rows, write_index
+
+    learning = load_script("bench/learning.py")
+    family = tmp_path / "heldout-family"
+    shutil.copytree(Path("examples/tasks/merge-intervals"), family / "merge-intervals-b")
+    write_index([r.model_copy(update={"data_source": "family"}) for r in build_rows(family, "val")],
+                tmp_path / "family.parquet")
+    task = "merge-intervals-b"
+    for side, temperature, rewards in (("warm", "1.0", [1, 0, 0, 0]), ("rl", "1.0", [1, 1, 0, 0]),
+                                       ("warm", "0", [0, 0, 0, 0]), ("rl", "0", [1, 1, 1, 1])):
+        write_results(tmp_path / "family" / f"{side}-t{temperature}-s0", {task: rewards})
+    summary: dict = {}
+    lines = learning.family_rows(tmp_path, [0], ["0"], family, summary, argparse.Namespace(reps=200))
+    assert summary["family/1.0"]["gain"][0] == 0.25 and summary["family/0"]["gain"][0] == 1.0
+    best = summary["rl_best_beyond_temperature/family"]
+    assert (best["gain"][0], best["temperature"], best["warm_start_temperature"]) == (0.75, "0", "1.0")
+    assert any(line.startswith("| 0 | 0.000") and "1.000" in line for line in lines)
