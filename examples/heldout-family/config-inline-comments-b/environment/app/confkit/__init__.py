@@ -1,0 +1,3 @@
+from confkit.parser import ParseError, loads
+
+__all__ = ["ParseError", "loads"]

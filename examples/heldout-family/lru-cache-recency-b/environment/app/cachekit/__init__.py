@@ -1,0 +1,3 @@
+from cachekit.lru import LRUCache
+
+__all__ = ["LRUCache"]

@@ -1,0 +1,3 @@
+from spans.merge import merge
+
+__all__ = ["merge"]

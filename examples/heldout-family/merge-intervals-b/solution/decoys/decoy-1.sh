@@ -1,0 +1,19 @@
+#!/bin/bash
+# A plausible wrong fix (fails the graded tests): sorts the input but still keeps touching intervals apart.
+set -euo pipefail
+cd /app
+git apply --verbose <<'PATCH'
+--- a/spans/merge.py
++++ b/spans/merge.py
+@@ -4,8 +4,8 @@
+ def merge(intervals):
+     """Union of (start, end) intervals as a sorted list of disjoint tuples."""
+     merged = []
+-    for start, end in intervals:
+-        if merged and start < merged[-1][1]:
++    for start, end in sorted(intervals):
++        if merged and start < merged[-1][1]:
+             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+         else:
+             merged.append((start, end))
+PATCH

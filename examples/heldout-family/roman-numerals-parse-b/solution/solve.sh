@@ -1,0 +1,24 @@
+#!/bin/bash
+# Reference solution: applies the fix as a patch to /app.
+set -euo pipefail
+cd /app
+git apply --verbose <<'PATCH'
+--- a/numerals/roman.py
++++ b/numerals/roman.py
+@@ -17,4 +17,14 @@
+ 
+ 
+ def from_roman(text):
+-    raise NotImplementedError("from_roman")
++    if not isinstance(text, str) or not text:
++        raise ValueError(f"not a roman numeral: {text!r}")
++    total, rest = 0, text
++    for value, symbol in _VALUES:
++        while rest.startswith(symbol):
++            total += value
++            rest = rest[len(symbol):]
++    # only the canonical spelling round-trips
++    if rest or not 1 <= total <= 3999 or to_roman(total) != text:
++        raise ValueError(f"not a roman numeral: {text!r}")
++    return total
+PATCH
