@@ -23,6 +23,9 @@ temperature gives for free, so RL's gain must clear the best of these too. The r
 policy (its checkpoint, merged to HF) is evaluated at the same temperatures, so both sides can be
 compared at their best (`rl_at_temperature/<T>/<set>`, `rl_best_beyond_temperature/<set>`).
 --val-freq N validates every N steps as well (a 16-step stability run read at 0, 8 and 16).
+--family (default examples/heldout-family: the train tasks' code with other instruction constants and graded
+data, never trained on) evaluates the warm start and the rl arm's last policy on those held-out family
+members at 1.0 and each of --temps, the same seeded attempts (`family/<T>`, `rl_best_beyond_temperature/family`).
 
 Reported per arm, pooled over seeds: pass@1 before and after on each task set and the paired
 gain, each with a 95% percentile bootstrap over seeds, tasks and attempts; then RL's gain beyond
@@ -41,7 +44,7 @@ Seeds can run as parallel processes into one --out (each `--seeds N`; each proce
 unless --set PROXY_PORT=... names one); a last `--seeds 0,1,2` call skips the finished runs and pools them.
 
     python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--val-freq N] [--temps 0.6,0]
-                             [--lr-sweep 3,10] [--arms rl,control] [--control-steps N] [--set KEY=VALUE]
+                             [--lr-sweep 3,10] [--arms rl,control] [--control-steps N] [--family DIR] [--set KEY=VALUE]
                              [--trainer local|verl] [--out .rlkit/bench/learning]
 """
 
@@ -427,9 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-steps", type=int, default=None,
                         help="the control arm's steps (default --steps). Its weights never change (checked: "
                              "control_weights_change in the summary), so its last validation is any step's")
-    parser.add_argument("--family", default="",
-                        help="a folder of held-out family members of the train tasks (examples/heldout-family): "
-                             "the warm start and the rl arm's last policy evaluated on them at 1.0 and --temps")
+    parser.add_argument("--family", default="examples/heldout-family",
+                        help="held-out family members of the train tasks: the warm start and the rl arm's last "
+                             "policy evaluated on them at 1.0 and --temps ('' for none)")
     parser.add_argument("--lr-sweep", default="", help="multiples of the rl arm's LR to train too, e.g. 3,10")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")

@@ -49,6 +49,11 @@ def test_eval_with_a_run_configs_settings(task_index: Path, ws: Workspace, tmp_p
     code, data = cli_json(capsys, "eval", "unused-model-dir", str(task_index), "--agent", "oracle", "-k", "2",
                           "-o", str(out), "--config", str(config), "--set", "MAX_RESP=512")
     assert code == 0 and data == as_json(result)
+    import docker
+
+    # every trial's sandbox and grading container went with it (a leak here once left one trial's pair)
+    left = docker.from_env().containers.list(all=True, filters={"label": "rlkit.project=evalproj"})
+    assert [c.name for c in left] == []
     with pytest.raises(TypeError, match="max_sandbox"):
         rlkit.eval("m", task_index, agent="oracle", max_sandbox=2)
 
