@@ -457,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", default="examples/heldout-family",
                         help="held-out family members of the train tasks: the warm start and the rl arm's last "
                              "policy evaluated on them at 1.0 and --temps ('' for none)")
+    parser.add_argument("--family-temps", default=None,
+                        help="the temperatures besides 1.0 for the held-out family (default: --temps)")
     parser.add_argument("--lr-sweep", default="", help="multiples of the rl arm's LR to train too, e.g. 3,10")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another key of both arms' config (e.g. MINI_BSZ=1); repeatable")
@@ -479,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = [m for m in args.lr_sweep.split(",") if m]
     temps = [t for t in args.temps.split(",") if t]
     family = (ROOT / args.family).resolve() if args.family else None
+    family_temps = temps if args.family_temps is None else [t for t in args.family_temps.split(",") if t]
     arm_steps = {"rl": args.steps, "control": args.control_steps or args.steps}
     for seed in seeds:
         for arm in arms:
@@ -493,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                                     val_index, tag="rl")
         if family and "rl" in arms:  # held-out family members: the warm start and the trained policy alike
             index = family_index(out, family)
-            for temperature in ["1.0", *temps]:
+            for temperature in ["1.0", *family_temps]:
                 temperature_control(out, seed, temperature, args, model, index, tag="warm", folder="family")
                 temperature_control(out, seed, temperature, args, trained_policy(out, f"rl-s{seed}", args.steps),
                                     index, tag="rl", folder="family")
@@ -556,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
               + (" (the warm start's weights, bit for bit)" if not any(change.values()) else " (NOT a control)")]
     lines += temperature_rows(out, seeds, temps, by_arm, sources, summary, args)
     if family:
-        lines += family_rows(out, seeds, temps, family, summary, args)
+        lines += family_rows(out, seeds, family_temps, family, summary, args)
     lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
 
     steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})
