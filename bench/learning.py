@@ -251,33 +251,13 @@ def family_rows(out: Path, seeds: list[int], temps: list[str], family: Path, sum
 def trained_policy(out: Path, exp: str, steps: int) -> Path:
     """The run's last-step policy as a Hugging Face folder in the dtype it trained and was validated in.
 
-    `rlkit ckpt merge` (verl's merger) writes bf16 whatever the checkpoint holds; the embedded run trains and
-    serves float32, and rounding its weights to bf16 (up to 4e-3 here) is enough to change greedy choices, so
-    the policy would not be the one validated. The one-rank checkpoint's own tensors replace the merged ones."""
-    import shutil
-
-    import torch
-    from safetensors.torch import save_file
-
+    `rlkit ckpt merge --keep-dtype`: verl's merger alone writes bf16, and the embedded run trains and serves
+    float32; rounding its weights to bf16 (up to 4e-3 here) is enough to change greedy choices, so the policy
+    would not be the one validated."""
     step_dir = out / "runs" / "checkpoints" / "embedded" / exp / f"global_step_{steps}"
-    merged, target = step_dir / "merged_hf", step_dir / "policy_hf"
-    if (target / "config.json").is_file():
-        return target
-    if not (merged / "config.json").is_file():
-        sh([*RLKIT, "ckpt", "merge", str(step_dir), "-o", str(merged)], stdout=subprocess.DEVNULL)
-    shards = sorted((step_dir / "actor").glob("model_world_size_*_rank_*.pt"))
-    if [p.name for p in shards] != ["model_world_size_1_rank_0.pt"]:
-        raise SystemExit(f"{step_dir}: expected one rank's model shard, found {[p.name for p in shards]}")
-    state = torch.load(shards[0], map_location="cpu", weights_only=False)
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(merged, tmp)
-    save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
-    config = json.loads((tmp / "config.json").read_text())
-    dtypes = {str(v.dtype).removeprefix("torch.") for v in state.values()}
-    config["torch_dtype"] = config["dtype"] = dtypes.pop() if len(dtypes) == 1 else config.get("dtype")
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    tmp.rename(target)
+    target = step_dir / "policy_hf"
+    if not (target / "config.json").is_file():
+        sh([*RLKIT, "ckpt", "merge", str(step_dir), "-o", str(target), "--keep-dtype"], stdout=subprocess.DEVNULL)
     return target
 
 

@@ -238,16 +238,18 @@ def tasks_check(source: str | Path, *, concurrency: int = 4, write_index: bool =
                           progress=progress, log=log)
 
 
-def ckpt_merge(path: str | Path, target: str | Path | None = None) -> MergeResult:
+def ckpt_merge(path: str | Path, target: str | Path | None = None, *, keep_dtype: bool = False) -> MergeResult:
     """Merge a checkpoint into a Hugging Face model folder with verl's model merger (`rlkit ckpt merge`).
 
     `path`: a run's checkpoint folder (its latest step), a global_step_N, or its actor/. `target`
-    defaults to global_step_N/merged_hf. Returns a `MergeResult` (`.target` is the model folder,
-    ready for `rlkit.eval`). Raises `UserError` on an incomplete checkpoint or a failed merge.
+    defaults to global_step_N/merged_hf. verl's merger writes bf16; `keep_dtype=True` keeps the dtype the
+    checkpoint holds (float32 in the embedded run, whose policy bf16 rounding changes). Returns a
+    `MergeResult` (`.target` is the model folder, ready for `rlkit.eval`; `.dtype` what it holds). Raises
+    `UserError` on an incomplete checkpoint or a failed merge.
     """
     from rlkit.ops.checkpoints import merge_checkpoint
 
-    return merge_checkpoint(Path(path), Path(target) if target else None)
+    return merge_checkpoint(Path(path), Path(target) if target else None, keep_dtype=keep_dtype)
 
 
 def ckpt_prune(root: Config, *, yes: bool = False, include_latest: bool = False,

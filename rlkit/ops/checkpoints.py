@@ -4,13 +4,15 @@
     <ckpt root>/global_step_N/actor/{model,optim,extra_state}_world_size_W_rank_R.pt, fsdp_config.json, huggingface/
 
 merge: verl's own merger (`python -m verl.model_merger merge --backend fsdp`) after checking the
-input is a complete actor folder. prune: optimizer shards are most of a checkpoint's size and
+input is a complete actor folder; it writes bf16, and `keep_dtype` rewrites the weights in the dtype the
+shards hold (`_merge_dtype`: a float32-trained policy is otherwise not the one that was validated). prune: optimizer shards are most of a checkpoint's size and
 needed only to resume; model shards and huggingface/ stay, and the latest checkpoint (the one a
 resume reads) is kept whole unless asked. No torch here: files only.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -86,35 +88,55 @@ def default_target(actor: Path) -> Path:
     return actor.parent / "merged_hf"
 
 
-def merge(path: Path, target: Path | None = None, *, python: str = sys.executable) -> Path:
-    """Merge a checkpoint into a Hugging Face model folder; returns that folder."""
+def keep_dtype_command(actor: Path, target: Path, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "rlkit.ops._merge_dtype", str(actor), str(target)]
+
+
+def merge(path: Path, target: Path | None = None, *, python: str = sys.executable, keep_dtype: bool = False) -> Path:
+    """Merge a checkpoint into a Hugging Face model folder; returns that folder. verl's merger writes bf16;
+    `keep_dtype` then rewrites its weights in the shards' own dtype."""
     actor = actor_dir(path)
     target = (target or default_target(actor)).expanduser()
-    done = subprocess.run(merge_command(actor, target, python), capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not (target / "config.json").is_file():
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-        raise UserError(f"verl's model merger failed on {actor} (exit {done.returncode}):\n{tail}",
-                        fix="run the command by hand to see all of it: " + " ".join(merge_command(actor, target)))
+    commands = [merge_command(actor, target, python)] + ([keep_dtype_command(actor, target, python)] if keep_dtype else [])
+    for command in commands:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not (target / "config.json").is_file():
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+            raise UserError(f"{' '.join(command[1:3])} failed on {actor} (exit {done.returncode}):\n{tail}",
+                            fix="run the command by hand to see all of it: " + " ".join(command))
     return target
+
+
+def weights_dtype(target: Path) -> str:
+    """The dtype a merged folder's config.json names (verl's merger: bfloat16)."""
+    try:
+        config = json.loads((target / "config.json").read_text())
+    except (OSError, ValueError):
+        return "unknown"
+    return str(config.get("dtype") or config.get("torch_dtype") or "unknown")
 
 
 @dataclass
 class MergeResult:
-    """A merged checkpoint: the actor folder read, the Hugging Face folder written, verl's command."""
+    """A merged checkpoint: the actor folder read, the Hugging Face folder written, verl's command, and the
+    dtype of the weights written (bfloat16 from verl's merger unless the checkpoint's own was kept)."""
 
     actor: Path
     target: Path
     command: list[str]
+    dtype: str = "bfloat16"
 
     def as_dict(self) -> dict[str, object]:
-        return {"actor": str(self.actor), "target": str(self.target), "command": self.command}
+        return {"actor": str(self.actor), "target": str(self.target), "command": self.command, "dtype": self.dtype}
 
 
-def merge_checkpoint(path: Path, target: Path | None = None, *, python: str = sys.executable) -> MergeResult:
+def merge_checkpoint(path: Path, target: Path | None = None, *, python: str = sys.executable,
+                     keep_dtype: bool = False) -> MergeResult:
     """`merge`, answering what was merged from where (`rlkit ckpt merge`, `rlkit.ckpt_merge`)."""
     actor = actor_dir(Path(path))
     target = (Path(target) if target else default_target(actor)).expanduser()
-    return MergeResult(actor, merge(actor, target, python=python), merge_command(actor, target, python))
+    merged = merge(actor, target, python=python, keep_dtype=keep_dtype)
+    return MergeResult(actor, merged, merge_command(actor, target, python), weights_dtype(merged))
 
 
 @dataclass

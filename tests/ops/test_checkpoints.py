@@ -45,6 +45,84 @@ def test_merge_a_run_folder_rebuilds_the_trainers_weights(run_ckpts, tmp_path: P
     assert set(merged) == set(trainer)
     for key, value in trainer.items():
         torch.testing.assert_close(merged[key], value.to(torch.bfloat16), rtol=0, atol=0, msg=key)
+    assert "weights in bfloat16 (verl's merger; --keep-dtype keeps the checkpoint's own)" in done.stdout
+
+
+def test_merge_keep_dtype_writes_the_float32_policy_that_trained_not_verls_bf16(run_ckpts, tmp_path: Path) -> None:
+    """The embedded run trains and serves float32; verl's merger rounds to bf16, which changed greedy choices
+    of a trained policy. --keep-dtype: every weight bit for bit as the trainer holds it, config.json says so."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    root, updater = run_ckpts
+    out = tmp_path / "kept"
+    done = _rlkit("ckpt", "merge", str(root), "-o", str(out), "--keep-dtype")
+    assert done.returncode == 0, done.stderr
+    assert "rlkit.ops._merge_dtype" in done.stdout and "weights in float32" in done.stdout
+    merged = {}
+    for file in out.glob("*.safetensors"):
+        merged.update(load_file(file))
+    trainer = updater.full_state_dict()
+    assert set(merged) == set(trainer)
+    rounded = 0
+    for key, value in trainer.items():
+        assert merged[key].dtype == torch.float32 and torch.equal(merged[key], value), key
+        rounded += int(not torch.equal(value.to(torch.bfloat16).float(), value))
+    assert rounded == len(trainer)  # bf16 would have changed every tensor
+    assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
+    assert (out / "tokenizer.json").is_file()  # the rest is verl's merger's folder
+
+
+def _save_two_rank_shards(rank: int, actor: str, port: int, full: dict) -> None:
+    """One rank of a 2-rank gloo group on loopback: FSDP2's layout, each weight a DTensor sharded on dim 0."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("fsdp",))
+        state = {k: DTensor.from_local(v.chunk(2, dim=0)[rank].clone(), mesh, [Shard(0)]) for k, v in full.items()}
+        torch.save(state, f"{actor}/model_world_size_2_rank_{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_keep_dtype_merges_two_ranks_dtensor_shards_with_verls_placement_merge(tiny_model_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    """A checkpoint of two FSDP2 ranks (real DTensors from a gloo group on 127.0.0.1): the kept-dtype weights are
+    the full float32 tensors, the shards put back together along their placement."""
+    import json
+    import shutil
+    import socket
+
+    import torch
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file, save_file
+
+    from rlkit.ops._merge_dtype import rewrite
+
+    torch.manual_seed(0)
+    full = {"model.embed_tokens.weight": torch.randn(8, 4), "lm_head.weight": torch.randn(6, 4) + 2 ** -10}
+    actor = tmp_path / "global_step_1" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    shutil.copy(tiny_model_dir / "config.json", actor / "huggingface" / "config.json")
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 2}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.start_processes(_save_two_rank_shards, args=(str(actor), port, full), nprocs=2, start_method="spawn")
+    target = tmp_path / "merged"
+    target.mkdir()
+    save_file({k: v.bfloat16() for k, v in full.items()}, str(target / "model.safetensors"))  # as verl's merger
+    (target / "config.json").write_text(json.dumps({"dtype": "bfloat16", "model_type": "qwen3"}))
+    assert rewrite(actor, target) == "float32"
+    merged = load_file(str(target / "model.safetensors"))
+    assert all(torch.equal(merged[k], v) for k, v in full.items())
+    assert json.loads((target / "config.json").read_text())["dtype"] == "float32"
 
 
 def test_merge_refuses_an_incomplete_checkpoint(run_ckpts, tmp_path: Path) -> None:

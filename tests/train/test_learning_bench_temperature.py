@@ -130,25 +130,26 @@ def test_held_out_family_members_are_read_for_both_sides_at_each_temperature(tmp
     assert any(line.startswith("| 0 | 0.000") and "1.000" in line for line in lines)
 
 
-def test_the_trained_policy_is_judged_in_the_dtype_it_trained_in_not_the_mergers_bf16(tmp_path: Path) -> None:
+def test_the_trained_policy_is_judged_in_the_dtype_it_trained_in_not_the_mergers_bf16(tiny_model_dir: Path,
+                                                                                        tmp_path: Path) -> None:
     """verl's merger writes bf16; the embedded run trains and serves float32, and the rounding is as large as
-    an 8-16 step RL update. The bench's policy folder holds the checkpoint's own tensors (the merged folder for
-    the rest: config, tokenizer)."""
+    an 8-16 step RL update. The bench's policy folder (`rlkit ckpt merge --keep-dtype`) holds the trainer's
+    own float32 weights, from a checkpoint the embedded trainer's code saved."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
+
+    from rlkit.train.checkpoint import save_checkpoint
+    from tests.train.test_checkpoint import trained
 
     learning = load_script("bench/learning.py")
-    step = tmp_path / "runs" / "checkpoints" / "embedded" / "rl-s0" / "global_step_16"
-    (step / "actor").mkdir(parents=True)
-    (step / "merged_hf").mkdir()
-    weights = {"w": torch.tensor([1.0 + 2 ** -10, -3.0]), "b": torch.tensor([0.1])}
-    torch.save(weights, step / "actor" / "model_world_size_1_rank_0.pt")
-    save_file({k: v.bfloat16() for k, v in weights.items()}, str(step / "merged_hf" / "model.safetensors"))
-    (step / "merged_hf" / "config.json").write_text(json.dumps({"dtype": "bfloat16", "model_type": "qwen3"}))
-    (step / "merged_hf" / "tokenizer.json").write_text("{}")
+    updater = trained(tiny_model_dir, steps=1)
+    save_checkpoint(tmp_path / "runs" / "checkpoints" / "embedded" / "rl-s0", 16, updater, {"step": 16})
     policy = learning.trained_policy(tmp_path, "rl-s0", 16)
     assert policy.name == "policy_hf" and (policy / "tokenizer.json").is_file()
-    held = load_file(str(policy / "model.safetensors"))
-    assert held["w"].dtype == torch.float32 and torch.equal(held["w"], weights["w"])  # bf16 would round 1+2^-10 to 1
+    held = {}
+    for file in policy.glob("*.safetensors"):
+        held.update(load_file(file))
+    for key, value in updater.full_state_dict().items():
+        assert held[key].dtype == torch.float32 and torch.equal(held[key], value), key  # bf16 would round them
     assert json.loads((policy / "config.json").read_text())["dtype"] == "float32"
     assert learning.trained_policy(tmp_path, "rl-s0", 16) == policy  # cached
