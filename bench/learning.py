@@ -43,7 +43,7 @@ main_ppo) as `verl-rl-s<seed>` and sets its gain beside the local rl arm's (<out
 Seeds can run as parallel processes into one --out (each `--seeds N`; each process takes a free proxy port
 unless --set PROXY_PORT=... names one); a last `--seeds 0,1,2` call skips the finished runs and pools them.
 
-    python bench/learning.py [--seeds 0,1,2] [--steps 8] [--val-n 8] [--val-freq N] [--temps 0.6,0]
+    python bench/learning.py [--seeds 0,1,2] [--steps 12] [--val-n 8] [--val-freq N] [--temps 0.6,0]
                              [--lr-sweep 3,10] [--arms rl,control] [--control-steps N] [--family DIR] [--set KEY=VALUE]
                              [--trainer local|verl] [--out .rlkit/bench/learning]
 """
@@ -419,7 +419,8 @@ def verl_arm(out: Path, seeds: list[int], lr: str, model: Path, val_index: Path,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=12,
+                        help="steps per run (12: measured beside 8 and 16; bench/README.md)")
     parser.add_argument("--val-freq", type=int, default=0,
                         help="validate every N steps too (default: only before and after)")
     parser.add_argument("--val-n", type=int, default=8, help="validation attempts per task (both task sets)")
