@@ -202,6 +202,16 @@ def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
     return False
 
 
+def free_port(avoid: set[int]) -> int:
+    """A port nothing listens on now (the kernel's pick), for a fix that names one to set."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("0.0.0.0", 0))
+            port = sock.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
 def ports(ctx: Context) -> list[Finding]:
     from rlkit.config.schema import Trainer
     from rlkit.launch.plan import is_head_node, private_ray
@@ -216,7 +226,8 @@ def ports(ctx: Context) -> list[Finding]:
     busy = [(k, p) for k, p in wanted.items() if port_in_use(p)]
     if busy:
         return [fatal("ports", f"{k}={p} is already in use", f"stop what holds it ({CLEANUP}; `ss -ltnp "
-                      f"'sport = :{p}'` shows the process), or set {k}", key=k, where=ctx.resolved.where(k))
+                      f"'sport = :{p}'` shows the process), or set {k}={free_port(avoid=set(wanted.values()))} "
+                      "(free now: a second run on this machine needs its own)", key=k, where=ctx.resolved.where(k))
                 for k, p in busy]
     return [ok("ports", "free: " + ", ".join(f"{k}={p}" for k, p in wanted.items()))]
 

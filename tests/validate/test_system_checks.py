@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
 import pytest
 
 from rlkit.validate.findings import Status
-from rlkit.validate.system import checkpoint_bytes
+from rlkit.validate.system import checkpoint_bytes, port_in_use
 from tests.validate.helpers import FakeDockerDaemon
 
 
@@ -87,6 +88,9 @@ def test_ports_free_and_busy(ws) -> None:
         verl = only(ws.preflight(ws.config(TRAINER="verl"), only=["ports"]), "ports")
     assert [(x.status, x.key) for x in found] == [(Status.FATAL, "PROXY_PORT")]
     assert "cleanup_before_run.sh" in found[0].fix
+    # the fix names a port that is free, so a second run on this machine can take it as written
+    suggested = int(re.search(r"set PROXY_PORT=(\d+)", found[0].fix).group(1))
+    assert suggested != busy and not port_in_use(suggested)
     # verl's agent-loop workers run their proxies on free ports: PROXY_PORT is not theirs
     assert [x.status for x in verl] == [Status.OK] and "PROXY_PORT" not in verl[0].message
 
