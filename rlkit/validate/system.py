@@ -202,19 +202,9 @@ def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
     return False
 
 
-def free_port(avoid: set[int]) -> int:
-    """A port nothing listens on now (the kernel's pick), for a fix that names one to set."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("0.0.0.0", 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port
-
-
 def ports(ctx: Context) -> list[Finding]:
     from rlkit.config.schema import Trainer
-    from rlkit.launch.plan import is_head_node, private_ray
+    from rlkit.launch.plan import free_port, is_head_node, private_ray
 
     c = ctx.resolved.config
     wanted = {"PROXY_PORT": c.PROXY_PORT, "DASHBOARD_PORT": c.DASHBOARD_PORT}
@@ -226,7 +216,7 @@ def ports(ctx: Context) -> list[Finding]:
     busy = [(k, p) for k, p in wanted.items() if port_in_use(p)]
     if busy:
         return [fatal("ports", f"{k}={p} is already in use", f"stop what holds it ({CLEANUP}; `ss -ltnp "
-                      f"'sport = :{p}'` shows the process), or set {k}={free_port(avoid=set(wanted.values()))} "
+                      f"'sport = :{p}'` shows the process), or set {k}={free_port('0.0.0.0')} "
                       "(free now: a second run on this machine needs its own)", key=k, where=ctx.resolved.where(k))
                 for k, p in busy]
     return [ok("ports", "free: " + ", ".join(f"{k}={p}" for k, p in wanted.items()))]
