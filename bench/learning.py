@@ -93,19 +93,13 @@ def prepare(out: Path) -> tuple[Path, Path]:
     return ROOT / ".rlkit" / "models" / "tiny-qwen3-sft", both
 
 
-def free_port() -> int:
-    """A loopback port no one listens on now: this bench process's proxy port (the config's fixed one would
-    clash with a second bench process or a run beside it)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def with_proxy_port(sets: list[str]) -> list[str]:
     """--set as given, with a free PROXY_PORT unless one is given: seeds run as parallel processes need none."""
-    return sets if any(kv.startswith("PROXY_PORT=") for kv in sets) else [*sets, f"PROXY_PORT={free_port()}"]
+    from rlkit.launch.plan import (
+        free_port,  # a loopback port no one listens on now: this bench process's proxy
+    )
+
+    return sets if any(kv.startswith("PROXY_PORT=") for kv in sets) else [*sets, f"PROXY_PORT={free_port('127.0.0.1')}"]
 
 
 def run_config(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path, val_index: Path,
@@ -159,8 +153,8 @@ def train(out: Path, exp: str, seed: int, args: argparse.Namespace, model: Path,
 
 def passes(results: Path, sources: dict[str, str]) -> dict[str, dict[str, dict[int, float]]]:
     """task set -> task -> attempt number -> 1.0/0.0, graded attempts of one validation. A verl run's
-    validation has no results.jsonl: its step's summary.json lists the trials, numbered in order per task
-    (verl draws them unseeded, so they pair with nothing)."""
+    validation has no results.jsonl: its step's summary.json lists the trials with their seeded attempt
+    numbers (a run from before verl's validation was seeded: numbered in order per task, pairing nothing)."""
     from rlkit.rollout.passes import read_results
 
     out: dict[str, dict[str, dict[int, float]]] = {name: {} for name in [*SETS, *sources.values()]}
@@ -168,7 +162,8 @@ def passes(results: Path, sources: dict[str, str]) -> dict[str, dict[str, dict[i
         for trial in json.loads((results.parent / "summary.json").read_text())["sessions"]:
             if not trial["masked"]:
                 tasks = out[sources[trial["task_id"]]].setdefault(trial["task_id"], {})
-                tasks[len(tasks)] = 1.0 if trial["reward"] >= 1.0 else 0.0
+                attempt = trial.get("attempt")
+                tasks[len(tasks) if attempt is None else int(attempt)] = 1.0 if trial["reward"] >= 1.0 else 0.0
         return out
     for r in read_results(results):
         if r.graded and r.attempt is not None:
@@ -388,14 +383,14 @@ def collapse_lines(out: Path, exps: list[str], report: dict[str, Any]) -> list[s
 def verl_arm(out: Path, seeds: list[int], lr: str, model: Path, val_index: Path, sources: dict[str, str],
              args: argparse.Namespace) -> int:
     """The rl arm through TRAINER=verl (embedded-verl.env with the rl arm's keys): its gain per task set beside
-    the local rl arm's of the same seeds (when run into the same --out). verl's validation is unseeded, so its
-    before and after are unpaired draws; into <out>/learning-verl.json."""
+    the local rl arm's of the same seeds (when run into the same --out). verl's validation attempts are seeded
+    as the local trainer's (SEED, task, attempt), so its before and after pair; into <out>/learning-verl.json."""
     from rlkit.rollout.passk import paired_gain_interval, pass1_interval
 
     for seed in seeds:
         train(out, f"verl-rl-s{seed}", seed, args, model, val_index, lr, VERL_CONFIG)
     lines = [(f"# Learning through TRAINER=verl: {len(seeds)} seed(s) x {args.steps} steps, LR {lr}, validation "
-             f"{args.val_n} attempts per task (unpaired before/after); the local rl arm beside it"), "",
+             f"{args.val_n} seeded attempts per task, paired before/after; the local rl arm beside it"), "",
              "| trainer | task set | pass@1 before | pass@1 after | gain |", "|---|---|---|---|---|"]
     summary: dict[str, Any] = {}
     for trainer, prefix in (("verl", "verl-rl"), ("local", "rl")):

@@ -49,13 +49,14 @@ import gc
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from rlkit.launch.plan import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 # Every stand-in completion is a tool call in the tiny model's (qwen3_coder) format, as agent turns are.
@@ -185,12 +186,6 @@ def _idle_penalty_main(model: str) -> None:
 
 
 # --- load generation --------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def wait_http(url: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
@@ -381,13 +376,13 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
             for cpu in sorted(server_cpus):
                 procs.append(subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, __file__, "--spin-idle"],
                                               start_new_session=True))
-        fake_port, proxy_port = free_port(), free_port()
+        fake_port, proxy_port = free_port("127.0.0.1"), free_port("127.0.0.1")
         procs.append(subprocess.Popen([sys.executable, __file__, "--serve-fake", str(fake_port),
                                        "--ids", ",".join(map(str, ids)), "--generation-ms", str(delay_ms)],
                                       start_new_session=True))
         upstream = f"http://127.0.0.1:{fake_port}"
         wait_http(upstream + "/health")
-        relay_port = free_port()
+        relay_port = free_port("127.0.0.1")
         procs.append(subprocess.Popen([*pin, sys.executable, __file__, "--serve-relay", str(relay_port),
                                        "--ids", str(fake_port)], start_new_session=True))
         wait_http(f"http://127.0.0.1:{relay_port}/health")
@@ -400,7 +395,7 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
         targets = {"direct": upstream, "relay": f"http://127.0.0.1:{relay_port}", "proxy": f"http://127.0.0.1:{proxy_port}"}
         in_process: subprocess.Popen | None = None
         if args.in_process:
-            port = free_port()
+            port = free_port("127.0.0.1")
             in_process = subprocess.Popen(
                 [*pin, sys.executable, __file__, "--serve-in-process", str(port), "--upstream", upstream,
                  "--model", str(model)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -408,7 +403,7 @@ def run_table(name: str, delay_ms: float, levels: tuple[tuple[int, int], ...], a
             wait_http(f"http://127.0.0.1:{port}/health")
             targets["proxy-inproc"] = targets["proxy-inproc-busy"] = f"http://127.0.0.1:{port}"
         for peer in args.peer_list:
-            peer_port = free_port()
+            peer_port = free_port("127.0.0.1")
             start = start_litellm if peer == "litellm" else start_rllm_gateway
             procs.append(start(peer_binary(args, peer), upstream, peer_port, workdir, pin))
             targets[peer] = f"http://127.0.0.1:{peer_port}"

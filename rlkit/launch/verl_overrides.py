@@ -200,6 +200,8 @@ def agent_loop_settings(c: RunConfig, *, trials_root: Path, proxy_host: str) -> 
         "proxy": {"host": proxy_host, "tool_call_parser": c.TOOL_CALL_PARSER.value,
                   "max_model_len": c.MAX_PROMPT + c.MAX_RESP, "max_response_tokens_per_session": c.MAX_RESP,
                   "warm_anthropic": c.AGENT_API is AgentApi.ANTHROPIC},
+        # validation attempts seeded from (SEED, task, attempt), as the local trainer's: paired before/after
+        "validation_seed": c.SEED,
     }
 
 

@@ -161,7 +161,9 @@ class RolloutEngine:
                 if tries < self.config.max_attempts:
                     _log.warning("trial %s: %s (%s), retrying", session, outcome.reason, outcome.exception_type)
                     await asyncio.sleep(RETRY_BACKOFF_S * tries)
-            return self._record(row, uid, outcome, record, tries)
+            trial = self._record(row, uid, outcome, record, tries)
+            trial.attempt = attempt if sample_seed is not None else None
+            return trial
         except Exception as exc:  # noqa: BLE001 — one trial never sinks a step
             _log.exception("trial %s failed inside rlkit", session)
             return TrialRecord(uid=uid, task_id=row.task_id, session=session, outcome=Outcome.ERROR, reward=0.0,

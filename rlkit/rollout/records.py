@@ -119,6 +119,8 @@ class TrialRecord(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict,
                                       description="seconds: sandbox, agent, verifier, model, total")
     attempts: int = Field(default=1, description="1 + infrastructure retries")
+    attempt: int | None = Field(default=None, description="the task's attempt number in a seeded pass (validation): "
+                                "its sampling seed comes from (SEED, task, attempt), so passes pair by it")
     trial_dir: Path | None = None
     detail: str | None = Field(default=None, description="exception type and message, when there was one")
 
@@ -159,6 +161,7 @@ class TrialBrief(BaseModel):
     masked: bool
     num_turns: int = 0
     parse_failures: int = 0
+    attempt: int | None = None  # a seeded pass's attempt number (TrialRecord.attempt)
 
 
 class StepSummary(BaseModel):

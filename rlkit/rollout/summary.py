@@ -67,7 +67,8 @@ def summarize(step: int, records: Sequence[TrialRecord], wall_s: float) -> StepS
         timing_s={**timing, "wall": round(wall_s, 3)},
         timing_share={key: round(value / spent, 4) if spent else 0.0 for key, value in timing.items()},
         sessions=[TrialBrief(session=r.session, task_id=r.task_id, outcome=r.outcome, reward=r.reward, masked=r.masked,
-                             num_turns=r.num_turns, parse_failures=r.parse_failures) for r in records],
+                             num_turns=r.num_turns, parse_failures=r.parse_failures, attempt=r.attempt)
+                  for r in records],
     )
 
 

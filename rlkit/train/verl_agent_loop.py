@@ -158,6 +158,7 @@ class WorkerHost:
         self.upstream = ServerManagerUpstream(server_manager, worker_loop, proxy.get("max_model_len"),
                                               self.model_name)
         self.engine_settings = dict(settings.get("engine") or {})
+        self.validation_seed: int | None = settings.get("validation_seed")
         self._engines: dict[tuple, Any] = {}
         self._loop = ProxyEventLoop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlkit-proxy", daemon=True)
@@ -191,6 +192,7 @@ class WorkerHost:
             settings = dict(self.engine_settings)
             if validation:
                 settings["experiment"] = f"{settings.get('experiment', 'default')}_val"
+                settings["seed"] = self.validation_seed  # seeded attempts: paired validations (SEED)
             config = EngineConfig(**{**settings, "model_name": self.model_name, "proxy_url": self.server.url,
                                      "sampling": dict(sampling)})
             self._engines[key] = RolloutEngine(config)
@@ -212,8 +214,8 @@ VALIDATION_SPLITS = frozenset({"val", "test"})  # an index row's split (rlkit in
 VERL_RUNNER = "_run_agent_loop"  # verl's AgentLoopWorker method that awaits `AgentLoopBase.run`
 
 
-def verl_validating() -> bool | None:
-    """Whether verl runs this sample for validation; None outside verl's worker.
+def verl_trajectory() -> dict[str, Any] | None:
+    """verl's `trajectory` for this sample (step, sample_index, rollout_n, validate); None outside verl's worker.
 
     verl 0.9.1's V1 worker pops the batch's `validate` flag before the samples' fields reach the loop
     (trainer/ppo/v1/agent_loop_tq.py), and a run whose VAL_FILES is its TRAIN_FILES (the embedded
@@ -225,8 +227,27 @@ def verl_validating() -> bool | None:
         if frame.f_code.co_name == VERL_RUNNER:
             trajectory = frame.f_locals.get("trajectory")
             if isinstance(trajectory, dict) and "validate" in trajectory:
-                return bool(trajectory["validate"])
+                return trajectory
         frame = frame.f_back
+    return None
+
+
+def verl_validating() -> bool | None:
+    """Whether verl runs this sample for validation; None outside verl's worker (`verl_trajectory`)."""
+    trajectory = verl_trajectory()
+    return None if trajectory is None else bool(trajectory["validate"])
+
+
+def validation_attempt(fields: dict[str, Any], trajectory: dict[str, Any] | None) -> int | None:
+    """The sample's attempt number among its prompt's `val_kwargs.n` validation samples: verl's V1 worker
+    starts attempt i as `session_id=i`; the legacy worker repeats the row and counts `rollout_n`. With
+    SEED, it seeds the attempt's sampling as the local trainer's validation does, so two validations of
+    one policy draw alike and a run's before and after pair attempt by attempt."""
+    for value in (fields.get("session_id"), (trajectory or {}).get("rollout_n")):
+        try:
+            return int(value.item() if hasattr(value, "item") else value)
+        except (TypeError, ValueError):
+            continue
     return None
 
 
@@ -274,15 +295,16 @@ class RlkitAgentLoop(AgentLoopBase):
         self.model_path = str(self.config.actor_rollout_ref.model.path)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
-        validating = verl_validating()  # first: before any await
+        trajectory = verl_trajectory()  # first: before any await
         host = WorkerHost.get(self.settings, self.model_path, self.server_manager)
         row = row_from_verl(kwargs)
         uid = group_uid(kwargs, row)
-        engine = host.engine(proxy_sampling(sampling_params), validation=row.split in VALIDATION_SPLITS
-                             if validating is None else validating)
+        validation = row.split in VALIDATION_SPLITS if trajectory is None else bool(trajectory["validate"])
+        engine = host.engine(proxy_sampling(sampling_params), validation=validation)
         step = trial_step(kwargs, host.upstream.latest_step)
         started = time.time()
-        record: TrialRecord = await engine.run_trial(row, uid=uid, step=step)
+        attempt = validation_attempt(kwargs, trajectory) if validation else None
+        record: TrialRecord = await engine.run_trial(row, uid=uid, step=step, attempt=attempt)
         await asyncio.to_thread(file_trial, engine.config.step_dir(step), step, record, started)
         return self.output(record, host.upstream.steps.pop(record.session, None))
 

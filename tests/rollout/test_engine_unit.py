@@ -206,9 +206,15 @@ def test_a_seeded_pass_posts_the_same_seed_for_the_same_task_and_attempt(tmp_pat
 
     engine = Recording(EngineConfig(model_name="tiny", proxy_url="http://127.0.0.1:9", trials_root=tmp_path,
                                     seed=7, max_attempts=1))
-    asyncio.run(engine.run_trial(_row("merge-intervals"), uid="0:0:m", step=0, attempt=3))
-    asyncio.run(engine.run_trial(_row("merge-intervals"), uid="8:0:m", step=8, attempt=3))
+    first = asyncio.run(engine.run_trial(_row("merge-intervals"), uid="0:0:m", step=0, attempt=3))
+    again = asyncio.run(engine.run_trial(_row("merge-intervals"), uid="8:0:m", step=8, attempt=3))
     assert posted == [{"seed": attempt_seed(7, "merge-intervals", 3)}] * 2
+    # the record and the step's summary say which attempt it was: a reader pairs passes by it
+    assert first.attempt == again.attempt == 3
+    assert summarize(0, [first], 1.0).sessions[0].attempt == 3
+    unseeded = Recording(EngineConfig(model_name="tiny", proxy_url="http://127.0.0.1:9", trials_root=tmp_path,
+                                      max_attempts=1))
+    assert asyncio.run(unseeded.run_trial(_row("merge-intervals"), uid="1:0:m", step=1, attempt=3)).attempt is None
     assert attempt_seed(7, "merge-intervals", 3) != attempt_seed(8, "merge-intervals", 3)
     assert attempt_seed(7, "merge-intervals", 3) != attempt_seed(7, "merge-intervals", 4)
 

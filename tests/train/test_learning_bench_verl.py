@@ -45,3 +45,16 @@ def test_a_verl_runs_validation_is_read_from_its_summary_and_set_beside_the_loca
     assert summary["verl/rl/train"]["gain"][0] == 0.5
     assert summary["local/rl/train"]["gain"][0] == 0.0
     assert summary["verl/rl/heldout"]["gain"][0] == 0.0
+
+
+def test_a_seeded_verl_validation_pairs_by_the_attempt_its_summary_names(tmp_path: Path) -> None:
+    """verl's validation trials finish in any order; each summary line names its seeded attempt, and the bench
+    keys the outcome by it (not by the order the trials finished), so before and after pair attempt by attempt."""
+    learning = load_script("bench/learning.py")
+    folder = tmp_path / "step_1"
+    folder.mkdir()
+    sessions = [{"session": f"lru__{a}", "task_id": "lru-cache-recency", "reward": r, "masked": False,
+                 "outcome": "passed" if r else "failed_tests", "attempt": a} for a, r in ((2, 1.0), (0, 0.0), (1, 1.0))]
+    (folder / "summary.json").write_text(json.dumps({"step": 1, "sessions": sessions}))
+    assert learning.passes(folder / "results.jsonl", SOURCES)["train"] == {"lru-cache-recency": {0: 0.0, 1: 1.0,
+                                                                                                 2: 1.0}}

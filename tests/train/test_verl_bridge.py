@@ -180,6 +180,7 @@ def test_the_agent_loop_yaml_names_rlkits_loop_with_engine_settings(ws_config) -
     assert entry.name == "rlkit_agent" and entry._target_ == "rlkit.train.verl_agent_loop.RlkitAgentLoop"
     engine = EngineConfig(**OmegaConf.to_container(entry.rlkit)["engine"], model_name="m", proxy_url="http://x")
     assert engine.scaffold == "terminus" and engine.max_response_tokens == 2048
+    assert OmegaConf.to_container(entry.rlkit)["validation_seed"] == ws_config.config.SEED  # seeded validation
 
 
 def test_the_worker_host_serves_a_probed_proxy_on_loopback(tiny_model_dir: Path) -> None:
@@ -197,6 +198,7 @@ def test_the_worker_host_serves_a_probed_proxy_on_loopback(tiny_model_dir: Path)
         assert status == 200 and health["model"] == tiny_model_dir.name
         engine = host.engine({"temperature": 1.0})
         assert engine.config.proxy_url == host.server.url and engine.config.model_name == tiny_model_dir.name
+        assert engine.config.seed is None  # training samples draw freely
     finally:
         host.stop()
 
@@ -284,3 +286,66 @@ def test_a_verl_launch_marks_its_attempt_so_status_and_the_dashboard_know_its_st
     assert run_state(paths) == {"state": "finished", "step": 3, "total_steps": 3}
     assert [(r["exp"], r["project"], r["state"]) for r in RunFolder(ws.root / "out").runs()] == [
         ("exp", "proj", "finished")]
+
+
+def test_verl_validation_attempts_are_seeded_as_the_local_trainers_so_before_and_after_pair(
+        tiny_model_dir: Path, monkeypatch) -> None:
+    """verl's V1 worker starts a validation prompt's `val_kwargs.n` samples as `session_id=0..n-1`: that number is
+    the attempt, seeded from (SEED, task, attempt) as the local trainer's validation, so a policy's two
+    validations draw alike. Training samples carry no attempt (they sample freely)."""
+    import inspect
+
+    verl_loop = pytest.importorskip("rlkit.train.verl_agent_loop")
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    assert "session_id=i" in inspect.getsource(agent_loop_tq.AgentLoopWorkerTQ._run_prompt)
+    assert verl_loop.validation_attempt({"session_id": 3}, {"rollout_n": 0, "validate": True}) == 3
+    import numpy as np
+    assert verl_loop.validation_attempt({}, {"rollout_n": np.int64(2), "validate": True}) == 2  # legacy worker
+    assert verl_loop.validation_attempt({}, None) is None
+
+    calls: list[tuple[bool, int | None]] = []
+
+    class Engine:  # stands in for the rollout engine: the sandbox and the agent are not the point
+        def __init__(self, validation: bool) -> None:
+            self.validation = validation
+            self.config = type("C", (), {"step_dir": staticmethod(lambda step: Path("/nonexistent"))})()
+
+        async def run_trial(self, row, *, uid, step, attempt=None):
+            calls.append((self.validation, attempt))
+            return TrialRecord(uid=uid, task_id=row.task_id, session="s", outcome=Outcome.PASSED, reward=1.0,
+                               masked=False)
+
+    class Host:
+        upstream = type("U", (), {"latest_step": 0, "steps": {}})()
+
+        def engine(self, sampling, *, validation=False):
+            return Engine(validation)
+
+    monkeypatch.setattr(verl_loop.WorkerHost, "get", classmethod(lambda cls, *a: Host()))
+    monkeypatch.setattr(verl_loop, "file_trial", lambda *a: None)
+    loop = object.__new__(verl_loop.RlkitAgentLoop)
+    loop.settings, loop.model_path, loop.server_manager = {}, str(tiny_model_dir), object()
+    loop.output = lambda record, steps=None: record
+    fields = {"task_id": "merge-intervals", "task_source": "/tasks/merge-intervals", "image": "img:latest",
+              "split": "train", "raw_prompt": [{"role": "user", "content": "Merge them."}],
+              "extra_info": {"task_id": "merge-intervals", "index": 0, "split": "train"}}  # VAL_FILES = TRAIN_FILES
+
+    async def _run_agent_loop(sampling_params: dict, trajectory: dict, **kwargs):  # verl's worker, as it calls run()
+        return await loop.run(sampling_params, **kwargs)
+
+    for i in range(3):
+        asyncio.run(_run_agent_loop({}, {"validate": True, "rollout_n": 0, "step": 0}, session_id=i, **fields))
+    asyncio.run(_run_agent_loop({}, {"validate": False, "rollout_n": 0, "step": 1}, session_id=2, **fields))
+    assert calls == [(True, 0), (True, 1), (True, 2), (False, None)]
+    settings = {"proxy": {"host": "127.0.0.1", "max_model_len": 4096}, "engine": {}, "validation_seed": 5}
+
+    async def start():
+        return verl_loop.WorkerHost(settings, str(tiny_model_dir), object(), asyncio.get_running_loop())
+
+    host = asyncio.run(start())
+    try:
+        assert host.engine({"temperature": 1.0}, validation=True).config.seed == 5
+        assert host.engine({"temperature": 1.0}).config.seed is None
+    finally:
+        host.stop()
