@@ -95,9 +95,7 @@ def prepare(out: Path) -> tuple[Path, Path]:
 
 def with_proxy_port(sets: list[str]) -> list[str]:
     """--set as given, with a free PROXY_PORT unless one is given: seeds run as parallel processes need none."""
-    from rlkit.launch.plan import (
-        free_port,  # a loopback port no one listens on now: this bench process's proxy
-    )
+    from rlkit.launch.plan import free_port  # the kernel's pick: this bench process's own proxy port
 
     return sets if any(kv.startswith("PROXY_PORT=") for kv in sets) else [*sets, f"PROXY_PORT={free_port('127.0.0.1')}"]
 

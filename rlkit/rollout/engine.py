@@ -161,9 +161,7 @@ class RolloutEngine:
                 if tries < self.config.max_attempts:
                     _log.warning("trial %s: %s (%s), retrying", session, outcome.reason, outcome.exception_type)
                     await asyncio.sleep(RETRY_BACKOFF_S * tries)
-            trial = self._record(row, uid, outcome, record, tries)
-            trial.attempt = attempt if sample_seed is not None else None
-            return trial
+            return self._record(row, uid, outcome, record, tries, attempt if sample_seed is not None else None)
         except Exception as exc:  # noqa: BLE001 — one trial never sinks a step
             _log.exception("trial %s failed inside rlkit", session)
             return TrialRecord(uid=uid, task_id=row.task_id, session=session, outcome=Outcome.ERROR, reward=0.0,
@@ -233,7 +231,7 @@ class RolloutEngine:
         return body_out if isinstance(body_out, dict) else None
 
     def _record(self, row: IndexRow, uid: str, outcome: TrialOutcome, record: dict[str, Any] | None,
-                attempts: int) -> TrialRecord:
+                attempts: int, attempt: int | None = None) -> TrialRecord:
         segments = [TokenSegment.from_proxy(s) for s in (record or {}).get("segments") or []]
         final = classify(outcome.reason, outcome.reward, record)
         tokens = any(any(s.response_mask) for s in segments)
@@ -248,8 +246,8 @@ class RolloutEngine:
             segments=segments, num_turns=sum(s.num_turns for s in segments),
             num_breaks=int((record or {}).get("num_breaks") or 0),
             parse_failures=int((record or {}).get("parse_failures") or 0),
-            timings=trial_timings(outcome.timings, record), attempts=attempts, trial_dir=outcome.trial_dir,
-            detail=detail)
+            timings=trial_timings(outcome.timings, record), attempts=attempts, attempt=attempt,
+            trial_dir=outcome.trial_dir, detail=detail)
 
 
 def trial_timings(harbor: dict[str, float], record: dict[str, Any] | None) -> dict[str, float]:

@@ -232,12 +232,6 @@ def verl_trajectory() -> dict[str, Any] | None:
     return None
 
 
-def verl_validating() -> bool | None:
-    """Whether verl runs this sample for validation; None outside verl's worker (`verl_trajectory`)."""
-    trajectory = verl_trajectory()
-    return None if trajectory is None else bool(trajectory["validate"])
-
-
 def validation_attempt(fields: dict[str, Any], trajectory: dict[str, Any] | None) -> int | None:
     """The sample's attempt number among its prompt's `val_kwargs.n` validation samples: verl's V1 worker
     starts attempt i as `session_id=i`; the legacy worker repeats the row and counts `rollout_n`. With

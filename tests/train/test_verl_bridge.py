@@ -239,7 +239,8 @@ def test_validation_samples_are_known_by_verls_flag_not_the_rows_split() -> None
 
     class Loop:  # the part of RlkitAgentLoop.run that decides, called as verl calls it
         async def run(self) -> bool | None:
-            return verl_loop.verl_validating()
+            trajectory = verl_loop.verl_trajectory()
+            return None if trajectory is None else bool(trajectory["validate"])
 
     async def _run_agent_loop(sampling_params: dict, trajectory: dict) -> bool | None:
         return await Loop().run()
