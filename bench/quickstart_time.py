@@ -11,7 +11,8 @@ phase lines is timed the same way:
   rl          from `rlkit train`'s first line: preflight, Ray, vLLM's boot, validation, the steps
     of which: boot (to the first validation or step), validate (step 0 and the last step), steps
 
-With --cold the clone gets empty uv / pip / rlkit caches (HOME's caches stay untouched). With
+With --cold the clone gets empty uv / pip / rlkit caches (the last holds the warm starts other clones built:
+without --cold a fresh clone copies the one this machine has; HOME's caches stay untouched). With
 --empty-docker it also gets a docker daemon of its own with an empty data root (its own socket,
 exec root and bridge, no NAT; DOCKER_HOST points at it), so the base image (mmdebstrap) and
 every task image are built from nothing, as on a machine that never ran docker; the daemon and

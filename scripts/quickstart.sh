@@ -25,7 +25,8 @@ for split in train val; do
 done
 phase_done images
 # Warm start: a random tiny model never solves a task, so RL would have nothing to learn from.
-# Cached by the task set, the base model and the settings: a second quickstart skips it.
+# Cached by the task set, the base model and the settings: a second quickstart, or a fresh clone on this
+# machine ($RLKIT_CACHE_DIR/warm-starts), skips it.
 rlkit sft "$CONFIG" --model .rlkit/models/tiny-qwen3 --out .rlkit/models/tiny-qwen3-sft
 phase_done "warm start"
 

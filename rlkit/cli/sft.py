@@ -3,7 +3,8 @@
 Records teacher trajectories of each train task (the oracle fix replayed through the real
 scaffold, proxy and docker sandbox), fine-tunes the model on them with the RL loss's
 mask, and prints the directory of the result. Cached: a second call with the same tasks,
-model and settings returns at once.
+model and settings returns at once, and a fresh clone on the same machine copies the model from
+$RLKIT_CACHE_DIR/warm-starts (--no-machine-cache: neither read nor keep it there).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-prompt", type=int, default=defaults.max_prompt,
                         help="prompt tokens kept per row (raise it for scaffolds with long system prompts: "
                              "OpenCode's first prompt is ~9.2k tokens with the tiny tokenizer)")
+    parser.add_argument("--no-machine-cache", dest="machine_cache", action="store_false", default=True,
+                        help="neither read nor keep a copy in $RLKIT_CACHE_DIR/warm-starts (default ~/.cache/rlkit), "
+                             "where a fresh clone finds the warm start another clone on this machine built")
     parser.add_argument("--max-response", type=int, default=defaults.max_response,
                         help="response tokens kept per row")
     return parser
@@ -47,7 +51,7 @@ def main(argv: list[str]) -> int:
     from pathlib import Path
 
     from rlkit.errors import UserError
-    from rlkit.train.sft import SftSettings, ensure_sft_model
+    from rlkit.train.sft import SftSettings, ensure_sft_model, machine_cache_dir
 
     args = _parser().parse_args(argv)
     model, tasks, scaffold, root = args.model, args.tasks, args.scaffold, Path(".rlkit/models")
@@ -67,8 +71,10 @@ def main(argv: list[str]) -> int:
                            max_prompt=args.max_prompt, max_response=args.max_response,
                            **({"scaffold": scaffold} if scaffold else {}))
     result = ensure_sft_model(model, tasks, root=root, settings=settings, val_fraction=args.val_fraction,
-                              out_dir=args.out)
-    if result.cached:
+                              out_dir=args.out, shared=machine_cache_dir() if args.machine_cache else None)
+    if result.copied_from:
+        print(f"✓ warm-started model (cached; copied from this machine's {result.copied_from}): {result.model_dir}")
+    elif result.cached:
         print(f"✓ warm-started model (cached): {result.model_dir}")
     else:
         print(f"✓ warm-started model: {result.model_dir}  (record {result.record_s:.0f}s, "

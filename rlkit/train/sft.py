@@ -7,7 +7,9 @@ where `response_mask` is 1: tokens the model would have sampled; prompts, tool o
 and terminal screens are context only). The result is an HF directory vLLM can serve.
 
 It is cached under `<root>/sft-<key>/`, the key hashing the task set's files, the base
-model's files, the settings and the teacher's version, so the second call returns at once.
+model's files, the settings and the teacher's version, so the second call returns at once; given
+`shared` (the CLI passes `machine_cache_dir()`), a copy is kept there too, so a fresh clone of the
+same tasks, base model and settings copies it instead of fine-tuning again.
 The model is kept short of memorising: training stops once the chance of replaying the teacher's tokens exactly at
 temperature 1 (exp of minus the summed masked loss), averaged over the tasks, reaches
 `target_replay` (0.5), so the starting pass rate sits between 0 and 1 and RL has room to
@@ -72,6 +74,7 @@ class SftResult(BaseModel):
     finetune_s: float = 0.0
     losses: list[float] = Field(default_factory=list, description="mean masked loss per epoch")
     teacher_rewards: dict[str, float] = Field(default_factory=dict)
+    copied_from: Path | None = Field(default=None, description="the machine cache's copy this one was taken from")
 
 
 # --- which tasks, and the cache key ----------------------------------------------------------
@@ -255,8 +258,10 @@ def save_model(model: Any, base_dir: Path, out_dir: Path) -> None:
 
 def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | Path = ".rlkit/models",
                      settings: SftSettings | None = None, val_fraction: float | None = None,
-                     out_dir: str | Path | None = None, log: Callable[[str], None] = print) -> SftResult:
-    """The warm-started policy for these tasks: from the cache, or recorded and fine-tuned now."""
+                     out_dir: str | Path | None = None, shared: Path | None = None,
+                     log: Callable[[str], None] = print) -> SftResult:
+    """The warm-started policy for these tasks: from the cache (`out`, else `shared`'s copy), or recorded
+    and fine-tuned now (and a copy kept in `shared`)."""
     from rlkit.train._record import record_teacher, write_records
 
     settings = settings or SftSettings()
@@ -267,11 +272,15 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
     task_dirs = train_task_dirs(tasks, val_fraction=val_fraction)
     key = cache_key(task_dirs, base, settings)
     out = Path(out_dir) if out_dir is not None else Path(root) / f"sft-{key}"
-    marker = out / MARKER
-    if marker.is_file() and json.loads(marker.read_text()).get("key") == key:
-        meta = json.loads(marker.read_text())
+    kept = shared / f"sft-{key}" if shared is not None else None
+    copied = None
+    if not _built(out, key) and kept is not None and _built(kept, key) and _copy_model(kept, out):
+        copied = kept
+    if _built(out, key):
+        _keep(out, kept, key, log)
+        meta = json.loads((out / MARKER).read_text())
         return SftResult(model_dir=out, cached=True, losses=meta.get("losses", []),
-                         teacher_rewards=meta.get("teacher_rewards", {}))
+                         teacher_rewards=meta.get("teacher_rewards", {}), copied_from=copied)
 
     # one scratch dir per process: two runs building the same model never share files
     _remove_dead_partials(out)
@@ -304,8 +313,44 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
         work.rename(out)
     except OSError:  # another run finished the same model first: keep its copy
         shutil.rmtree(work, ignore_errors=True)
+    _keep(out, kept, key, log)
     return SftResult(model_dir=out, cached=False, record_s=record_s, finetune_s=finetune_s, losses=losses,
                      teacher_rewards=rewards)
+
+
+def machine_cache_dir() -> Path:
+    """Warm starts built on this machine, for every clone of it: $RLKIT_CACHE_DIR/warm-starts (default
+    ~/.cache/rlkit). Keyed by content (`cache_key`), so a copy is only ever the same model."""
+    return Path(os.environ.get("RLKIT_CACHE_DIR") or "~/.cache/rlkit").expanduser() / "warm-starts"
+
+
+def _built(folder: Path, key: str) -> bool:
+    try:
+        return json.loads((folder / MARKER).read_text()).get("key") == key
+    except (OSError, ValueError):
+        return False
+
+
+def _copy_model(src: Path, dst: Path) -> bool:
+    """`src` (less its teacher trials: logs, not weights) to `dst` through a scratch folder and a rename, so
+    no reader sees half a model; False where it could not (a full disk, a read-only cache)."""
+    work = dst.with_name(f"{dst.name}.partial-{os.getpid()}")
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(src, work, ignore=shutil.ignore_patterns("trials"))
+        shutil.rmtree(dst, ignore_errors=True)
+        work.rename(dst)
+        return True
+    except OSError:
+        shutil.rmtree(work, ignore_errors=True)
+        return False
+
+
+def _keep(out: Path, kept: Path | None, key: str, log: Callable[[str], None]) -> None:
+    """A copy for the machine's other clones, where it has none yet (a clone built before there was one too)."""
+    if kept is not None and not _built(kept, key) and not _copy_model(out, kept):
+        log(f"⚠ warm start: could not keep a copy in {kept} (the next clone fine-tunes again)")
 
 
 def _remove_dead_partials(out: Path) -> None:

@@ -50,3 +50,12 @@ def test_a_tasks_dir_without_a_split_is_refused_and_a_split_keeps_val_tasks_out(
     val = {Path(r.task_source).name for r in build_rows(tasks, "val", val_fraction=0.3)}
     assert taught and val and not taught & val
     assert len(sft.train_task_dirs(tasks, val_fraction=0.0)) == 10
+
+
+def test_the_machine_cache_is_passed_unless_turned_off(seen: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    monkeypatch.setenv("RLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    assert sft_cli.main(["--model", "m", "--tasks", "t"]) == 0
+    assert seen["shared"] == tmp_path / "cache" / "warm-starts"
+    assert sft_cli.main(["--model", "m", "--tasks", "t", "--no-machine-cache"]) == 0
+    assert seen["shared"] is None

@@ -30,7 +30,8 @@ def test_a_stopped_warm_start_leaves_no_sandbox(base_image: str, dockerd: str, t
 
     tasks = tmp_path / "tasks"
     shutil.copytree(TASK, tasks / TASK.name)
-    env = {**os.environ, "DOCKER_HOST": f"unix://{dockerd}", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DOCKER_HOST": f"unix://{dockerd}", "PYTHONUNBUFFERED": "1",
+           "RLKIT_CACHE_DIR": str(tmp_path / "cache")}  # no copy from an earlier build: it must record
     log = (tmp_path / "sft.out").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli.main", "sft", "--model", str(tiny_model_dir),
                              "--tasks", str(tasks), "--val-fraction", "0", "--epochs", "1",
