@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     from pathlib import Path
 
     from rlkit.errors import UserError
-    from rlkit.train.sft import SftSettings, ensure_sft_model, machine_cache_dir
+    from rlkit.train.sft import SftSettings, ensure_sft_model, warm_starts_dir
 
     args = _parser().parse_args(argv)
     model, tasks, scaffold, root = args.model, args.tasks, args.scaffold, Path(".rlkit/models")
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
                            max_prompt=args.max_prompt, max_response=args.max_response,
                            **({"scaffold": scaffold} if scaffold else {}))
     result = ensure_sft_model(model, tasks, root=root, settings=settings, val_fraction=args.val_fraction,
-                              out_dir=args.out, shared=machine_cache_dir() if args.machine_cache else None)
+                              out_dir=args.out, shared=warm_starts_dir() if args.machine_cache else None)
     if result.copied_from:
         print(f"✓ warm-started model (cached; copied from this machine's {result.copied_from}): {result.model_dir}")
     elif result.cached:

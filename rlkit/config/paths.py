@@ -16,8 +16,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+
+def machine_cache_dir() -> Path:
+    """rlkit's cache on this machine, shared by every clone and run: $RLKIT_CACHE_DIR, else ~/.cache/rlkit
+    (the key's default). Holds the parser probe's verdicts, the image profiles and the warm starts."""
+    return Path(os.environ.get("RLKIT_CACHE_DIR") or "~/.cache/rlkit").expanduser()
 
 
 @dataclass(frozen=True)

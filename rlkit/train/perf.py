@@ -32,6 +32,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from rlkit.config.paths import machine_cache_dir
+
 log = logging.getLogger(__name__)
 PEAK_FILE = "peak_flops.json"
 MATMUL_N = 1024
@@ -66,7 +68,7 @@ def measure_peak_tflops(seconds: float = MEASURE_S, n: int = MATMUL_N) -> float:
 
 
 def _peak_file(cache_dir: Path | None) -> Path:
-    return (cache_dir or Path.home() / ".cache" / "rlkit") / PEAK_FILE
+    return (cache_dir or machine_cache_dir()) / PEAK_FILE
 
 
 def _read_peaks(path: Path) -> dict[str, Any]:

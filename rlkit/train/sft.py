@@ -8,7 +8,7 @@ and terminal screens are context only). The result is an HF directory vLLM can s
 
 It is cached under `<root>/sft-<key>/`, the key hashing the task set's files, the base
 model's files, the settings and the teacher's version, so the second call returns at once; given
-`shared` (the CLI passes `machine_cache_dir()`), a copy is kept there too, so a fresh clone of the
+`shared` (the CLI passes `warm_starts_dir()`), a copy is kept there too, so a fresh clone of the
 same tasks, base model and settings copies it instead of fine-tuning again.
 The model is kept short of memorising: training stops once the chance of replaying the teacher's tokens exactly at
 temperature 1 (exp of minus the summed masked loss), averaged over the tasks, reaches
@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlkit.config.paths import machine_cache_dir
 from rlkit.errors import UserError
 from rlkit.rollout.records import TrialRecord
 
@@ -318,10 +319,10 @@ def ensure_sft_model(base_model: str | Path, tasks: str | Path, *, root: str | P
                      teacher_rewards=rewards)
 
 
-def machine_cache_dir() -> Path:
-    """Warm starts built on this machine, for every clone of it: $RLKIT_CACHE_DIR/warm-starts (default
-    ~/.cache/rlkit). Keyed by content (`cache_key`), so a copy is only ever the same model."""
-    return Path(os.environ.get("RLKIT_CACHE_DIR") or "~/.cache/rlkit").expanduser() / "warm-starts"
+def warm_starts_dir() -> Path:
+    """Warm starts built on this machine, for every clone of it: <machine cache>/warm-starts. Keyed by content
+    (`cache_key`), so a copy is only ever the same model."""
+    return machine_cache_dir() / "warm-starts"
 
 
 def _built(folder: Path, key: str) -> bool:

@@ -10,11 +10,11 @@ is a UserError naming the folder, raised before vLLM or the proxy starts.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from rlkit.config.paths import machine_cache_dir
 from rlkit.errors import UserError
 from rlkit.validate.findings import Context, Finding, Status
 from rlkit.validate.model import model_dir
@@ -37,15 +37,11 @@ class _ModelOnly:
         return "the model folder" if key == "MODEL_PATH" else "the tool-call parser setting"
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("RLKIT_CACHE_DIR") or Path.home() / ".cache" / "rlkit")
-
-
 def check_model_folder(path: str | Path, parser: str, *, cache_dir: Path | None = None,
                        probe_runner: Any = None) -> list[Finding]:
     """model_dir's findings, then the parser probe's (only when the folder itself passed)."""
     ctx = Context(resolved=_ModelOnly(Path(path).expanduser().absolute(), parser),  # type: ignore[arg-type]
-                  cache_dir=cache_dir or default_cache_dir(), probe_runner=probe_runner)
+                  cache_dir=cache_dir or machine_cache_dir(), probe_runner=probe_runner)
     findings = model_dir(ctx)
     if not any(f.status is Status.FATAL for f in findings):
         findings += tool_call_parser(ctx)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.config.display import clean
+from rlkit.config.paths import machine_cache_dir
 from rlkit.config.resolve import ResolvedConfig, render_block, resolve
 from rlkit.errors import PreflightFailed
 from rlkit.validate.findings import (
@@ -156,7 +157,7 @@ def run_preflight(config: str | Path | ResolvedConfig, *, environ: Mapping[str, 
     launch: this run in flight (its lock, stray processes, a live Ray head) and the GPUs' owners."""
     resolved = config if isinstance(config, ResolvedConfig) else resolve(config, environ, overrides=overrides)
     cache = Path(cache_dir) if cache_dir is not None else resolved.path("RLKIT_CACHE_DIR")
-    ctx = Context(resolved=resolved, cache_dir=cache or Path.home() / ".cache" / "rlkit", probe_runner=probe_runner)
+    ctx = Context(resolved=resolved, cache_dir=cache or machine_cache_dir(), probe_runner=probe_runner)
     findings = run_checks(ctx, phases, only)
     if context:
         from rlkit.validate.context import run_context_checks

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlkit.config.paths import machine_cache_dir
 from rlkit.sandbox.tamper._probe import PYTHON_PART, SCAN_PART, SHELL_PART, probe_command
 
 EntryKind = Literal["f", "d", "p", "l"]
@@ -148,7 +149,7 @@ def _add_interpreter(found: dict[tuple[str, str], Interpreter], command: str, fa
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("RLKIT_CACHE_DIR") or "~/.cache/rlkit").expanduser() / "image-profiles"
+    return machine_cache_dir() / "image-profiles"
 
 
 def cached(key: str) -> ImageProfile | None:
