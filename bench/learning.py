@@ -337,6 +337,20 @@ def temperature_rows(out: Path, seeds: list[int], temps: list[str], by_arm: dict
     return lines
 
 
+def pass1_by_step(out: Path, exps: list[str], name: str, sources: dict[str, str]) -> list[tuple[int, float]]:
+    """Pass@1 on one task set at each step every run in `exps` validated (--val-freq), attempts pooled."""
+    folders = [out / "runs" / "harbor_trials" / "embedded" / f"{exp}_val" for exp in exps]
+    found = [{int(d.name.removeprefix("step_")) for d in f.glob("step_*") if (d / "results.jsonl").is_file()}
+             for f in folders]
+    rows = []
+    for step in sorted(set.intersection(*found)) if found else []:
+        values = [v for f in folders for task in passes(f / f"step_{step}" / "results.jsonl", sources)[name].values()
+                  for v in task.values()]
+        if values:
+            rows.append((step, sum(values) / len(values)))
+    return rows
+
+
 def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: dict[str, str],
                summary: dict[str, Any], args: argparse.Namespace) -> list[str]:
     """The rl arm at larger LRs: its gain, and whether it ends no lower than the control's interval allows."""
@@ -345,7 +359,8 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: 
     if not sweep:
         return []
     lines = ["", (f"LR sweep ({args.steps} steps): holds = gains, or loses no more than the control's 95% "
-             "interval reaches below zero"), "", "| LR | task set | gain | control's gain | holds |", "|---|---|---|---|---|"]
+             "interval reaches below zero"), "",
+             "| LR | task set | gain | control's gain | holds | pass@1 by validated step |", "|---|---|---|---|---|---|"]
     for multiple in sweep:
         sweep_lr = f"{float(lr) * float(multiple):g}"
         for name in SETS:
@@ -360,8 +375,50 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: 
             holds = None if control[1] is None else gain[0] is not None and gain[0] >= min(0.0, control[1])
             summary[f"lr_sweep/x{multiple}/{name}"] = {"gain": gain, "lr": sweep_lr, "holds": holds}
             verdict = "n/a (no control)" if holds is None else "yes" if holds else "NO"
-            lines.append(f"| {sweep_lr} (x{multiple}) | {name} | {fmt(gain)} | {fmt(control)} | {verdict} |")
+            path = " -> ".join(f"{step}: {value:.3f}" for step, value in
+                               pass1_by_step(out, [f"rl-x{multiple}-s{seed}" for seed in seeds], name, sources))
+            lines.append(f"| {sweep_lr} (x{multiple}) | {name} | {fmt(gain)} | {fmt(control)} | {verdict} | {path} |")
     return lines
+
+
+def sweep_report(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: dict[str, str], control: bool,
+                 control_steps: int, model: Path, args: argparse.Namespace, started: float) -> int:
+    """The LR sweep without the rl arm at the default LR (`--arms control --lr-sweep 3,10`): each sweep run's
+    gain, judged against the LR-0 control's interval when the control ran, whether `rlkit status` names a
+    collapse in it, and its reward per step; into <out>/learning-sweep.json."""
+    from rlkit.rollout.passk import paired_gain_interval
+
+    summary: dict[str, Any] = {}
+    lines = [f"# LR sweep: {len(seeds)} seed(s) x {args.steps} steps at {', '.join(f'x{m}' for m in sweep)} of "
+             f"LR {lr}" + (f", beside an LR-0 control ({control_steps} steps)" if control else ", no control"), ""]
+    exps = [f"rl-x{m}-s{seed}" for m in sweep for seed in seeds]
+    if control:
+        controls = [f"control-s{seed}" for seed in seeds]
+        for name in SETS:
+            before = {e: passes(val_dir(out, e, 0) / "results.jsonl", sources)[name] for e in controls}
+            after = {e: passes(val_dir(out, e, control_steps) / "results.jsonl", sources)[name] for e in controls}
+            summary[f"control/{name}"] = {"gain": paired_gain_interval(before, after, reps=args.reps)}
+        change = {e: weights_change(trained_policy(out, e, control_steps), model) for e in controls}
+        summary["control_weights_change"] = change
+        lines.append("Control runs, the largest change of any weight: " + ", ".join(
+            f"{e} {v:g}" for e, v in change.items()) + (" (the warm start's weights, bit for bit)"
+                                                         if not any(change.values()) else " (NOT a control)"))
+        exps = controls + exps
+    lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
+    runs = [{"exp": e, "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{e}.jsonl")} for e in exps]
+    steps = sorted({s for run in runs for s in run["reward_per_step"]})
+    lines += ["", "Reward per training step:", "", "| run | " + " | ".join(map(str, steps)) + " |",
+              "|---|" + "---|" * len(steps)]
+    lines += [f"| {run['exp']} | " + " | ".join(f"{run['reward_per_step'].get(s, float('nan')):.2f}" for s in steps)
+              + " |" for run in runs]
+    report: dict[str, Any] = {"seeds": seeds, "steps": args.steps, "lr": lr, "sweep": sweep, "summary": summary,
+                              "runs": runs, "bench_wall_s": time.perf_counter() - started}
+    lines += collapse_lines(out, exps, report)
+    text = "\n".join(lines)
+    print(text)
+    report["printed"] = text
+    (out / "learning-sweep.json").write_text(json.dumps(report, indent=2, default=str))
+    return 0
 
 
 def collapse_lines(out: Path, exps: list[str], report: dict[str, Any]) -> list[str]:
@@ -475,8 +532,9 @@ def main(argv: list[str] | None = None) -> int:
                 temperature_control(out, seed, temperature, args, trained_policy(out, f"rl-s{seed}", args.steps),
                                     index, tag="rl", folder="family")
     if arms != list(ARMS):
-        if sweep:  # the sweep's own gains still read (a 16-step stability run alone)
-            print("\n".join(sweep_rows(out, seeds, sweep, lr, sources, {}, args)))
+        if sweep:  # a stability run: the sweep judged against the control when it ran (--arms control)
+            return sweep_report(out, seeds, sweep, lr, sources, "control" in arms, arm_steps["control"], model,
+                                args, started)
         print(f"ran {', '.join(arms) or 'the sweep'} only: no comparison with the control")
         return 0
 

@@ -153,3 +153,34 @@ def test_the_trained_policy_is_judged_in_the_dtype_it_trained_in_not_the_mergers
         assert held[key].dtype == torch.float32 and torch.equal(held[key], value), key  # bf16 would round them
     assert json.loads((policy / "config.json").read_text())["dtype"] == "float32"
     assert learning.trained_policy(tmp_path, "rl-s0", 16) == policy  # cached
+
+
+def test_the_lr_sweep_beside_a_control_alone_is_judged_against_it_and_reads_every_validated_step(
+        tmp_path: Path, monkeypatch) -> None:
+    """--arms control --lr-sweep 10 --val-freq 8: no 16-step rl arm at the default LR is needed to say whether x10
+    holds; the control's interval judges it, and the sweep's table reads steps 0, 8 and 16."""
+    learning = load_script("bench/learning.py")
+    held = {"calc-power-unary": [0.0] * 4}
+    trials = tmp_path / "runs" / "harbor_trials" / "embedded"
+    write_results(trials / "control-s0_val" / "step_0", {"lru-cache-recency": [1, 0, 1, 0], **held})
+    write_results(trials / "control-s0_val" / "step_8", {"lru-cache-recency": [1, 0, 1, 0], **held})
+    for step, rewards in ((0, [1, 1, 0, 0]), (8, [1, 0, 0, 0]), (16, [0, 0, 0, 0])):
+        write_results(trials / "rl-x10-s0_val" / f"step_{step}", {"lru-cache-recency": rewards, **held})
+    logs = tmp_path / "runs" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "rl-x10-s0.jsonl").write_text("".join(
+        json.dumps({"step": s, "data": {"critic/rewards/mean": r}}) + "\n" for s, r in ((1, 0.5), (2, 0.25))))
+    (logs / "control-s0.jsonl").write_text(json.dumps({"step": 1, "data": {"critic/rewards/mean": 0.5}}) + "\n")
+    monkeypatch.setattr(learning, "trained_policy", lambda out, exp, steps: tmp_path / exp)  # no checkpoint here
+    monkeypatch.setattr(learning, "weights_change", lambda policy, start: 0.0)
+    args = argparse.Namespace(reps=200, steps=16)
+    assert learning.sweep_report(tmp_path, [0], ["10"], "3e-4", SOURCES, True, 8, tmp_path / "start", args, 0.0) == 0
+    report = json.loads((tmp_path / "learning-sweep.json").read_text())
+    row = report["summary"]["lr_sweep/x10/train"]
+    assert row["gain"][0] == -0.5 and row["lr"] == "0.003" and row["holds"] is False
+    assert report["summary"]["control/train"]["gain"][0] == 0.0
+    assert report["summary"]["control_weights_change"] == {"control-s0": 0.0}
+    assert "0: 0.500 -> 8: 0.250 -> 16: 0.000" in report["printed"]
+    assert [run["exp"] for run in report["runs"]] == ["control-s0", "rl-x10-s0"]
+    assert report["runs"][1]["reward_per_step"] == {"1": 0.5, "2": 0.25}
+    assert report["collapse"] == {"control-s0": None, "rl-x10-s0": None}
