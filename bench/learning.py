@@ -339,7 +339,7 @@ def temperature_rows(out: Path, seeds: list[int], temps: list[str], by_arm: dict
 
 def pass1_by_step(out: Path, exps: list[str], name: str, sources: dict[str, str]) -> list[tuple[int, float]]:
     """Pass@1 on one task set at each step every run in `exps` validated (--val-freq), attempts pooled."""
-    folders = [out / "runs" / "harbor_trials" / "embedded" / f"{exp}_val" for exp in exps]
+    folders = [val_dir(out, exp, 0).parent for exp in exps]
     found = [{int(d.name.removeprefix("step_")) for d in f.glob("step_*") if (d / "results.jsonl").is_file()}
              for f in folders]
     rows = []
@@ -381,6 +381,32 @@ def sweep_rows(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: 
     return lines
 
 
+def control_weights_line(change: dict[str, float], steps: int) -> str:
+    """Whether the LR-0 controls stayed the warm start: each one's largest change of any weight."""
+    return (f"Control runs, the largest change of any weight after {steps} steps: "
+            + ", ".join(f"{exp} {value:g}" for exp, value in change.items())
+            + (" (the warm start's weights, bit for bit)" if not any(change.values()) else " (NOT a control)"))
+
+
+def run_record(out: Path, exp: str) -> dict[str, Any]:
+    """One finished run's name, wall seconds (None if unknown) and reward per step."""
+    wall_file = out / "runs" / f"{exp}.wall"
+    return {"exp": exp, "wall_s": float(wall_file.read_text()) if wall_file.is_file() else None,
+            "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{exp}.jsonl")}
+
+
+def reward_table(runs: list[dict[str, Any]]) -> list[str]:
+    """The reward per training step of each run, one row a run, with its wall time."""
+    steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})
+    lines = ["", "Reward per training step (critic/rewards/mean over the step's graded trials):", "",
+             "| run | " + " | ".join(str(s) for s in steps) + " | wall |", "|---|" + "---|" * (len(steps) + 1)]
+    for run in runs:
+        values = " | ".join(f"{run['reward_per_step'].get(s, float('nan')):.2f}" for s in steps)
+        wall = f"{run['wall_s'] / 60:.1f} min" if run["wall_s"] else "n/a"
+        lines.append(f"| {run['exp']} | {values} | {wall} |")
+    return lines
+
+
 def sweep_report(out: Path, seeds: list[int], sweep: list[str], lr: str, sources: dict[str, str], control: bool,
                  control_steps: int, model: Path, args: argparse.Namespace, started: float) -> int:
     """The LR sweep without the rl arm at the default LR (`--arms control --lr-sweep 3,10`): each sweep run's
@@ -400,17 +426,11 @@ def sweep_report(out: Path, seeds: list[int], sweep: list[str], lr: str, sources
             summary[f"control/{name}"] = {"gain": paired_gain_interval(before, after, reps=args.reps)}
         change = {e: weights_change(trained_policy(out, e, control_steps), model) for e in controls}
         summary["control_weights_change"] = change
-        lines.append("Control runs, the largest change of any weight: " + ", ".join(
-            f"{e} {v:g}" for e, v in change.items()) + (" (the warm start's weights, bit for bit)"
-                                                         if not any(change.values()) else " (NOT a control)"))
+        lines.append(control_weights_line(change, control_steps))
         exps = controls + exps
     lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
-    runs = [{"exp": e, "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{e}.jsonl")} for e in exps]
-    steps = sorted({s for run in runs for s in run["reward_per_step"]})
-    lines += ["", "Reward per training step:", "", "| run | " + " | ".join(map(str, steps)) + " |",
-              "|---|" + "---|" * len(steps)]
-    lines += [f"| {run['exp']} | " + " | ".join(f"{run['reward_per_step'].get(s, float('nan')):.2f}" for s in steps)
-              + " |" for run in runs]
+    runs = [run_record(out, exp) for exp in exps]
+    lines += reward_table(runs)
     report: dict[str, Any] = {"seeds": seeds, "steps": args.steps, "lr": lr, "sweep": sweep, "summary": summary,
                               "runs": runs, "bench_wall_s": time.perf_counter() - started}
     lines += collapse_lines(out, exps, report)
@@ -547,10 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in SETS:
                 by_arm[arm]["before"][name][exp] = before[name]
                 by_arm[arm]["after"][name][exp] = after[name]
-            wall_file = out / "runs" / f"{exp}.wall"
-            runs.append({"arm": arm, "seed": seed, "exp": exp,
-                         "wall_s": float(wall_file.read_text()) if wall_file.is_file() else None,
-                         "reward_per_step": rewards_per_step(out / "runs" / "logs" / f"{exp}.jsonl")})
+            runs.append({"arm": arm, "seed": seed, **run_record(out, exp)})
 
     control_note = f" ({arm_steps['control']} steps)" if arm_steps["control"] != args.steps else ""
     title = (f"# Learning: {len(seeds)} seeds x {args.steps} steps of the embedded default (LR {lr}) vs a "
@@ -586,22 +603,13 @@ def main(argv: list[str] | None = None) -> int:
     change = {f"control-s{seed}": weights_change(trained_policy(out, f"control-s{seed}", arm_steps["control"]), model)
               for seed in seeds}
     summary["control_weights_change"] = change
-    lines += ["", f"Control runs, the largest change of any weight after {arm_steps['control']} steps: "
-              + ", ".join(f"{exp} {value:g}" for exp, value in change.items())
-              + (" (the warm start's weights, bit for bit)" if not any(change.values()) else " (NOT a control)")]
+    lines += ["", control_weights_line(change, arm_steps["control"])]
     lines += temperature_rows(out, seeds, temps, by_arm, sources, summary, args)
     if family:
         lines += family_rows(out, seeds, family_temps, family, summary, args)
     lines += sweep_rows(out, seeds, sweep, lr, sources, summary, args)
 
-    steps = sorted({int(s) for run in runs for s in run["reward_per_step"]})
-    lines += ["", "Reward per training step (critic/rewards/mean over the step's graded trials):", "",
-              "| run | " + " | ".join(str(s) for s in steps) + " | wall |",
-              "|---|" + "---|" * (len(steps) + 1)]
-    for run in runs:
-        values = " | ".join(f"{run['reward_per_step'].get(s, float('nan')):.2f}" for s in steps)
-        wall = f"{run['wall_s'] / 60:.1f} min" if run["wall_s"] else "n/a"
-        lines.append(f"| {run['exp']} | {values} | {wall} |")
+    lines += reward_table(runs)
     png = out / "reward_per_step.png"
     report = {"seeds": seeds, "steps": args.steps, "val_n": args.val_n, "lr": lr, "set": args.set, "summary": summary,
               "runs": runs, "plot": str(png), "bench_wall_s": time.perf_counter() - started}
