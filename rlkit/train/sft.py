@@ -55,7 +55,8 @@ class SftSettings(BaseModel):
     task_fraction: float = Field(default=1.0, gt=0, le=1.0,
                                  description="share of tasks trained `epochs` times; the others once")
     weight_decay: float = 0.0
-    teacher_samples: int = Field(default=3, ge=1, description="teacher trajectories recorded per task")
+    teacher_samples: int = Field(default=4, ge=1, description="teacher trajectories recorded per task (one per "
+                                 "fix: the bundled train tasks have the oracle and three decoys)")
     decoys: bool = Field(default=True, description="also teach each task's solution/decoys/*.sh (plausible fixes "
                          "that fail its tests), one trial each in turn with the oracle: the policy then knows "
                          "every candidate and not which pays, so sampling alone cannot reach RL's pass rate")
