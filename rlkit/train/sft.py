@@ -13,8 +13,8 @@ same tasks, base model and settings copies it instead of fine-tuning again.
 The model is kept short of memorising: training stops once the chance of replaying the teacher's tokens exactly at
 temperature 1 (exp of minus the summed masked loss), averaged over the tasks, reaches
 `target_replay` (0.5), so the starting pass rate sits between 0 and 1 and RL has room to
-climb. On the embedded tiny model and the bundled train tasks (3 teacher trajectories per
-task) that took 19 epochs at lr 3e-3 on 2 CPU cores (~19 min on a busy machine) and gave a
+climb. On the embedded tiny model and the bundled train tasks (then 3 teacher trajectories per
+task, before decoys) that took 19 epochs at lr 3e-3 on 2 CPU cores (~19 min on a busy machine) and gave a
 starting pass@1 of 0.39; a model twice as wide and deep, or other learning rates, took as
 many epochs or more.
 """

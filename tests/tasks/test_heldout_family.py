@@ -5,14 +5,12 @@ no change and every decoy still fail."""
 from __future__ import annotations
 
 import filecmp
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.tasks.conftest import EXAMPLES
+from tests.tasks.conftest import EXAMPLES, graded_on_host
 
 FAMILY = EXAMPLES.parent / "heldout-family"
 VARIANTS = sorted(p.parent for p in FAMILY.glob("*/task.toml"))
@@ -46,19 +44,12 @@ def test_the_graded_data_passes_the_fix_and_fails_no_change_and_every_decoy(vari
     """The graded suite run on the project as each candidate leaves it (the fix's patch applied on the host, no
     sandbox: this checks the data; the docker test below grades the real way)."""
     def graded(solve: Path | None) -> int:
-        app = tmp_path / (solve.stem if solve else "unchanged")
-        subprocess.run(["cp", "-r", str(variant / "environment" / "app"), str(app)], check=True)
-        if solve is not None:
-            script = solve.read_text().replace("cd /app", f"cd {app}")
-            subprocess.run(["bash", "-c", script], check=True, capture_output=True)
-        return subprocess.run([sys.executable, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "--noconftest", "-c", "/dev/null", f"--rootdir={tmp_path}", "-o", f"pythonpath={app}",
-                               str(variant / "tests" / "test_graded.py")], check=False, capture_output=True).returncode
+        return graded_on_host(variant, solve, tmp_path)
 
     decoys = sorted((variant / "solution" / "decoys").glob("*.sh"))
-    assert len(decoys) == 2
+    assert len(decoys) == 3
     assert graded(variant / "solution" / "solve.sh") == 0
-    assert [graded(None), *(graded(d) for d in decoys)] == [1, 1, 1]
+    assert [graded(None), *(graded(d) for d in decoys)] == [1, 1, 1, 1]
 
 
 @pytest.mark.docker

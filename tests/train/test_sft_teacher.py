@@ -54,9 +54,9 @@ def test_the_teacher_takes_a_tasks_fixes_in_turn_one_per_trial() -> None:
     """With decoys, trial i of a task gets fix i mod n (the oracle, then solution/decoys/*.sh in name order);
     a later turn of a trial repeats its own fix; the confirmation takes no turn of the rota."""
     decoys = sorted((OTHER / "solution" / "decoys").glob("*.sh"))
-    assert len(decoys) == 2
+    assert len(decoys) == 3
     fixes = [solution_keystrokes(p.read_text()) for p in [OTHER / "solution" / "solve.sh", *decoys]]
-    assert len(set(fixes)) == 3  # the decoys differ from the oracle and from each other
+    assert len(set(fixes)) == 4  # the decoys differ from the oracle and from each other
     script = TeacherScript.from_task_dirs([OTHER])
     first = _terminus_prompt(OTHER) + "<|im_start|>assistant\n"
 
@@ -67,7 +67,7 @@ def test_the_teacher_takes_a_tasks_fixes_in_turn_one_per_trial() -> None:
     later = first + "{}<|im_end|>\n<|im_start|>user\nNew Terminal Output: ...<|im_start|>assistant\n"
     assert keystrokes(later) == fixes[0]  # the same trial's next turn
     assert json.loads(script.reply(later + f"<|im_start|>user\n{CONFIRM_HINT}?"))["task_complete"] is True
-    assert [keystrokes(first) for _ in range(4)] == [fixes[1], fixes[2], fixes[0], fixes[1]]
+    assert [keystrokes(first) for _ in range(5)] == [fixes[1], fixes[2], fixes[3], fixes[0], fixes[1]]
     plain = TeacherScript.from_task_dirs([OTHER], decoys=False)
     assert {json.loads(plain.reply(first))["commands"][0]["keystrokes"] for _ in range(3)} == {fixes[0]}
 
