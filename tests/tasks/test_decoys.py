@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.train._teacher import solution_keystrokes
+from rlkit.train._teacher import solution_keystrokes, task_fixes
 from tests.tasks.conftest import EXAMPLES, graded_on_host
 
 TRAIN = sorted(p.parents[1] for p in EXAMPLES.glob("*/solution/decoys"))
@@ -16,8 +16,7 @@ TRAIN = sorted(p.parents[1] for p in EXAMPLES.glob("*/solution/decoys"))
 
 def fixes(task: Path) -> list[str]:
     """The keystrokes the teacher types for each fix: the oracle's first."""
-    return [solution_keystrokes(p.read_text())
-            for p in [task / "solution" / "solve.sh", *sorted((task / "solution" / "decoys").glob("*.sh"))]]
+    return [solution_keystrokes(fix) for fix in task_fixes(task)]
 
 
 def oracle_shares(candidates: list[str]) -> list[tuple[int, int]]:
